@@ -1,0 +1,29 @@
+# Two commands do all set-up: `make serve` and `make test`. Each creates .venv
+# when missing and (re)installs the project only when pyproject.toml changed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: serve test lint install clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[engine,dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff format --check src tests
+
+serve: $(STAMP)
+	$(VENV)/bin/tandem serve
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -1,0 +1,1 @@
+"""The embedded CPU engine: built-in models, runner, sampling, caches, KV handoff store."""

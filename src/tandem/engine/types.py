@@ -1,0 +1,58 @@
+"""Value types shared by the embedded engine's parts (runner, caches, scheduler).
+
+KV layout: a sequence's KV cache is a list with one ``(key, value)`` pair per
+decoder layer; each tensor is ``float32`` of shape ``[num_kv_heads, seq_len,
+head_dim]``. Every part of the engine (prefix cache, KV export/import, runner)
+uses this layout, so blocks can be sliced along dim 1 without reshaping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+KVLayers = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(slots=True)
+class MediaItem:
+    """One image in an expanded prompt: its identity and where its tokens sit."""
+
+    mm_hash: str
+    offset: int  # start of the structural placeholder range in the expanded ids
+    length: int  # length of that range
+
+
+@dataclass(slots=True)
+class MediaInputs:
+    """Multimodal inputs of one request, already expanded into the prompt.
+
+    ``pixel_values`` is None on pixel-less legs (identity-only or hashes-only);
+    ``grids`` holds model tensors such as ``image_grid_thw`` (``[items, 3]`` int64).
+    """
+
+    items: list[MediaItem]
+    im_token_id: int | None = None
+    pixel_values: np.ndarray | None = None
+    grids: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def hashes(self) -> list[str]:
+        return [item.mm_hash for item in self.items]
+
+
+@dataclass(slots=True)
+class ModelShape:
+    """What the caches need to know about a model's KV."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_context: int
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return self.num_layers * 2 * self.num_kv_heads * self.head_dim * 4

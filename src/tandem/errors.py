@@ -1,0 +1,254 @@
+"""Tandem's error model: one exception tree, stable codes, one gRPC→HTTP mapping.
+
+Every failure a client can see is a :class:`TandemError` carrying a stable
+``code`` (machine-readable, documented in :data:`ERROR_CATALOGUE`), an HTTP
+status, and whether a retry on a freshly selected worker may succeed::
+
+    TandemError                    code, status, retryable, message, param
+    ├── ClientError                4xx: the request itself is wrong; never retried
+    │   ├── BadRequest             400  (invalid_request, multimodal_*, pd_decode_…)
+    │   ├── NotFound               404  (model_not_found, worker_not_found)
+    │   ├── PayloadTooLarge        413  (payload_too_large, multimodal_payload_too_large)
+    │   └── RateLimited            429  (multimodal_inflight_budget, …)  retryable
+    └── ServerError                5xx: something behind the gateway failed
+        ├── InternalError          500  (internal_error, …)
+        ├── UpstreamError          502  (pd_decode_missing_kv_transfer_params, …)
+        ├── Unavailable            503  (no_available_workers, …)  retryable unless marked
+        └── GatewayTimeout         504  (request_timeout)  retryable
+
+Worker failures arrive as gRPC statuses; :func:`error_from_grpc` is the single
+place that turns one into a ``TandemError`` (status table of reference §1.8),
+and :func:`openai_error_body` renders any error as the OpenAI error JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Any
+
+import grpc
+
+# Statuses a retry on another worker may fix (reference: retry rule).
+RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSpec:
+    status: int
+    retryable: bool
+    meaning: str
+
+
+# Every stable code the gateway or worker emits. Codes never change meaning;
+# new failures get new codes. The README's error table is generated from this.
+ERROR_CATALOGUE: dict[str, ErrorSpec] = {
+    # --- request shape -------------------------------------------------------
+    "invalid_request": ErrorSpec(400, False, "malformed JSON, wrong field type or value"),
+    "unsupported_content_part": ErrorSpec(400, False, "a content part type Tandem does not know"),
+    "model_not_found": ErrorSpec(404, False, "no worker serves the requested model"),
+    "not_found": ErrorSpec(404, False, "unknown route"),
+    "worker_not_found": ErrorSpec(404, False, "admin API: no such worker"),
+    "payload_too_large": ErrorSpec(413, False, "request body above --max-payload-size"),
+    # --- multimodal ------------------------------------------------------------
+    "invalid_multimodal_request": ErrorSpec(400, False, "the model does not take media"),
+    "multimodal_prompt_contract_mismatch": ErrorSpec(
+        400, False, "image anchors in the prompt do not match the number of images"
+    ),
+    "multimodal_processing_failed": ErrorSpec(400, False, "media could not be fetched or decoded"),
+    "multimodal_not_supported": ErrorSpec(400, False, "a modality or path the workers cannot take"),
+    "multimodal_too_many_items": ErrorSpec(
+        400, False, "more images than --mm-per-request-image-limit"
+    ),
+    "media_url_refused": ErrorSpec(400, False, "media URL scheme, host or path not allowed"),
+    "media_too_large": ErrorSpec(400, False, "a media item above the byte cap"),
+    "media_ref_too_large": ErrorSpec(400, False, "a data URL above the cap on the worker path"),
+    "media_ref_scheme_not_accepted": ErrorSpec(400, False, "URL scheme outside the legs' schemes"),
+    "multimodal_hint_unsupported_in_worker_mode": ErrorSpec(
+        400, False, "worker mode and a per-image hint"
+    ),
+    "multimodal_worker_processing_unsupported_model": ErrorSpec(
+        400, False, "worker mode for a model whose placeholders workers cannot expand"
+    ),
+    "no_media_ref_capable_worker": ErrorSpec(503, False, "no worker of a leg accepts media_refs"),
+    "multimodal_payload_too_large": ErrorSpec(413, False, "media above the in-flight budget"),
+    "multimodal_inflight_budget": ErrorSpec(429, True, "in-flight media bytes at the limit"),
+    # --- prefill/decode ----------------------------------------------------------
+    "pd_decode_language_model_only_mrope": ErrorSpec(
+        400, False, "decode worker has no vision encoder and the model needs M-RoPE grids"
+    ),
+    "pd_decode_language_model_only_media_refs": ErrorSpec(
+        400, False, "decode worker has no vision encoder and the media are worker-side refs"
+    ),
+    "pd_decode_language_model_only_n_samples": ErrorSpec(
+        400, False, "decode worker has no vision encoder and an image request asks n > 1"
+    ),
+    "pd_decode_missing_kv_transfer_params": ErrorSpec(
+        502, False, "an image decode leg without pixels got no KV handoff from prefill"
+    ),
+    "prefill_worker_failed_to_start": ErrorSpec(500, True, "prefill Generate call failed"),
+    "decode_worker_failed_to_start": ErrorSpec(500, True, "decode Generate call failed"),
+    "prefill_stream_error": ErrorSpec(500, True, "prefill stream failed while draining"),
+    "decode_stream_error": ErrorSpec(500, True, "decode stream failed mid-generation"),
+    "worker_error": ErrorSpec(500, True, "a worker call failed (aggregated mode)"),
+    "no_compatible_pd_pair": ErrorSpec(503, True, "no prefill/decode pair can serve this"),
+    "no_available_workers": ErrorSpec(503, True, "no healthy worker for the model"),
+    # --- gateway itself --------------------------------------------------------------
+    "request_timeout": ErrorSpec(504, True, "request exceeded --request-timeout-secs"),
+    "shutting_down": ErrorSpec(503, True, "gateway is draining"),
+    "internal_error": ErrorSpec(500, False, "a bug: report it with the request id"),
+}
+
+
+class TandemError(Exception):
+    """Base of every client-visible error. Prefer the category subclasses."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool | None = None,
+        param: str | None = None,
+    ) -> None:
+        spec = ERROR_CATALOGUE.get(code)
+        self.code = code
+        self.message = message
+        self.status = status if status is not None else (spec.status if spec else 500)
+        if retryable is None:
+            retryable = spec.retryable if spec else self.status in RETRYABLE_STATUSES
+        self.retryable = retryable
+        self.param = param
+        super().__init__(message)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(code={self.code!r}, status={self.status}, {self.message!r})"
+
+
+class ClientError(TandemError):
+    """The request is wrong; retrying it unchanged cannot help."""
+
+
+class BadRequest(ClientError):
+    pass
+
+
+class NotFound(ClientError):
+    pass
+
+
+class PayloadTooLarge(ClientError):
+    pass
+
+
+class RateLimited(ClientError):
+    pass
+
+
+class ServerError(TandemError):
+    """Something behind the gateway failed."""
+
+
+class InternalError(ServerError):
+    pass
+
+
+class UpstreamError(ServerError):
+    pass
+
+
+class Unavailable(ServerError):
+    pass
+
+
+class GatewayTimeout(ServerError):
+    pass
+
+
+_CLASS_BY_STATUS: dict[int, type[TandemError]] = {
+    400: BadRequest,
+    404: NotFound,
+    413: PayloadTooLarge,
+    429: RateLimited,
+    500: InternalError,
+    502: UpstreamError,
+    503: Unavailable,
+    504: GatewayTimeout,
+}
+
+
+def make_error(code: str, message: str, **overrides: Any) -> TandemError:
+    """Build the error for a catalogued ``code`` as the subclass its status implies."""
+    status = overrides.get("status") or ERROR_CATALOGUE[code].status
+    cls = _CLASS_BY_STATUS.get(status) or (ClientError if status < 500 else ServerError)
+    return cls(code, message, **overrides)
+
+
+# Reference §1.8: how a worker's gRPC status reads as an HTTP status.
+_GRPC_TO_HTTP: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.CANCELLED: 400,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+}
+
+
+def grpc_status_to_http(code: grpc.StatusCode) -> int:
+    return _GRPC_TO_HTTP.get(code, 500)
+
+
+def error_from_grpc(code: str, status: grpc.StatusCode, details: str | None) -> TandemError:
+    """Turn a worker's gRPC failure into the gateway error ``code`` with a mapped status.
+
+    A 503 whose message starts with ``sidecar_timeout`` is not retried: the
+    worker already waited its full budget, so another try would wait again.
+    """
+    http = grpc_status_to_http(status)
+    text = details or status.name
+    retryable = http in RETRYABLE_STATUSES and not text.startswith("sidecar_timeout")
+    cls = _CLASS_BY_STATUS.get(http) or (ClientError if http < 500 else ServerError)
+    return cls(code, text, status=http, retryable=retryable)
+
+
+def openai_error_type(status: int) -> str:
+    """The OpenAI ``error.type`` for a status (the SDK maps statuses, not types)."""
+    if status == 400 or status == 413 or status == 409:
+        return "invalid_request_error"
+    if status == 401:
+        return "authentication_error"
+    if status == 403:
+        return "permission_error"
+    if status == 404:
+        return "not_found_error"
+    if status == 429:
+        return "rate_limit_error"
+    return "server_error"
+
+
+def openai_error_body(err: TandemError) -> dict[str, Any]:
+    """``{"error": {"message", "type", "param", "code"}}`` as OpenAI clients expect."""
+    return {
+        "error": {
+            "message": err.message,
+            "type": openai_error_type(err.status),
+            "param": err.param,
+            "code": err.code,
+        }
+    }
+
+
+def reason_phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"

@@ -1,0 +1,1 @@
+"""The vLLM gRPC engine contract as Tandem uses it: proto modules, tensor codec, request helpers."""

@@ -1,0 +1,137 @@
+"""Tensor codec between numpy arrays and ``TensorData`` (reference §9).
+
+The inline payload is the elements in C order, each little-endian, no header.
+Encoding makes at most one copy (``tobytes``) beyond a dtype conversion that
+the wire format itself demands; decoding returns a zero-copy read-only view of
+the message bytes wherever the dtype allows (everything but bfloat16, which
+numpy cannot represent and is widened to float32).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tandem.wire.proto import TensorData
+
+# Canonical wire names → little-endian numpy dtypes. bfloat16 travels as raw uint16.
+WIRE_DTYPES: dict[str, np.dtype] = {
+    "float32": np.dtype("<f4"),
+    "bfloat16": np.dtype("<u2"),
+    "float16": np.dtype("<f2"),
+    "uint8": np.dtype("u1"),
+    "int64": np.dtype("<i8"),
+    "uint32": np.dtype("<u4"),
+}
+
+DTYPE_ALIASES: dict[str, str] = {
+    "fp32": "float32",
+    "f32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "f16": "float16",
+    "half": "float16",
+}
+
+
+class TensorCodecError(ValueError):
+    """A tensor that cannot be encoded or a payload that does not decode."""
+
+
+def canonical_dtype(name: str) -> str:
+    """Canonical wire name for a configured dtype name or alias."""
+    lowered = name.strip().lower()
+    lowered = DTYPE_ALIASES.get(lowered, lowered)
+    if lowered not in WIRE_DTYPES:
+        raise TensorCodecError(f"Unsupported proto tensor dtype {name!r}")
+    return lowered
+
+
+def default_wire_dtype(array: np.ndarray) -> str:
+    """Wire dtype for an array when the caller does not choose one.
+
+    Other integer widths widen to int64 and other floats narrow to float32,
+    as the identity builder and vLLM's servicer expect.
+    """
+    kind = array.dtype.kind
+    if kind == "f":
+        return "float16" if array.dtype == np.float16 else "float32"
+    if kind == "u":
+        return {1: "uint8", 4: "uint32"}.get(array.dtype.itemsize, "int64")
+    if kind in "ib":
+        return "int64"
+    raise TensorCodecError(f"cannot put a {array.dtype} tensor on the wire")
+
+
+def float32_to_bfloat16_bits(array: np.ndarray) -> np.ndarray:
+    """bfloat16 bit patterns of float32 values, rounding to nearest even."""
+    bits = np.ascontiguousarray(array, dtype="<f4").view("<u4")
+    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
+    out = ((bits + rounding) >> 16).astype("<u2")
+    # Rounding must not turn a NaN into infinity: keep NaNs quiet NaNs.
+    nan = np.isnan(array)
+    if nan.any():
+        out[nan.reshape(out.shape)] = np.uint16(0x7FC0)
+    return out
+
+
+def bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype("<u4") << 16).view("<f4")
+
+
+def encode_tensor(array: np.ndarray, dtype: str | None = None) -> TensorData:
+    """Encode ``array`` inline as ``dtype`` (canonical name or alias)."""
+    wire = canonical_dtype(dtype) if dtype else default_wire_dtype(array)
+    if wire == "bfloat16":
+        if array.dtype.kind != "f":
+            raise TensorCodecError(f"bfloat16 needs a floating tensor, got {array.dtype}")
+        payload = float32_to_bfloat16_bits(array)
+    else:
+        target = WIRE_DTYPES[wire]
+        if array.dtype.kind == "f" and target.kind in "iu":
+            raise TensorCodecError(f"refusing to truncate a {array.dtype} tensor to {wire}")
+        # No copy when the array already has the wire layout.
+        payload = np.ascontiguousarray(array, dtype=target)
+    return TensorData(shape=[int(d) for d in array.shape], dtype=wire, inline=payload.tobytes())
+
+
+def expected_nbytes(shape: list[int], dtype: str) -> int:
+    return math.prod(shape) * WIRE_DTYPES[dtype].itemsize
+
+
+def decode_tensor(tensor: TensorData) -> np.ndarray:
+    """Decode an inline ``TensorData``; bfloat16 comes back widened to float32.
+
+    The result is read-only when it is a view of the message bytes.
+    """
+    payload_kind = tensor.WhichOneof("payload")
+    if payload_kind != "inline":
+        if payload_kind is None and math.prod(tensor.shape) == 0:
+            payload = b""
+        else:
+            raise TensorCodecError(
+                f"TensorData.{payload_kind} payload is not supported here; send tensors inline"
+            )
+    else:
+        payload = tensor.inline
+    if tensor.dtype not in WIRE_DTYPES:
+        raise TensorCodecError(f"Unsupported proto tensor dtype {tensor.dtype!r}")
+    shape = [int(d) for d in tensor.shape]
+    want = expected_nbytes(shape, tensor.dtype)
+    if len(payload) != want:
+        raise TensorCodecError(
+            f"TensorData byte length mismatch for dtype={tensor.dtype}, shape={shape}: "
+            f"expected {want}, got {len(payload)}"
+        )
+    view = np.frombuffer(payload, dtype=WIRE_DTYPES[tensor.dtype]).reshape(shape)
+    if tensor.dtype == "bfloat16":
+        return bfloat16_bits_to_float32(view)
+    return view
+
+
+def tensor_nbytes(tensor: TensorData) -> int:
+    """Payload bytes of an inline tensor without materialising the payload."""
+    if tensor.WhichOneof("payload") != "inline" or tensor.dtype not in WIRE_DTYPES:
+        return 0
+    return expected_nbytes([int(d) for d in tensor.shape], tensor.dtype)

@@ -1,0 +1,88 @@
+"""Error model: catalogue, categories, gRPC→HTTP mapping, OpenAI body."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from tandem.errors import (
+    ERROR_CATALOGUE,
+    BadRequest,
+    ClientError,
+    ServerError,
+    UpstreamError,
+    error_from_grpc,
+    grpc_status_to_http,
+    make_error,
+    openai_error_body,
+)
+
+
+@pytest.mark.parametrize(
+    ("status", "http"),
+    [
+        (grpc.StatusCode.INVALID_ARGUMENT, 400),
+        (grpc.StatusCode.FAILED_PRECONDITION, 400),
+        (grpc.StatusCode.OUT_OF_RANGE, 400),
+        (grpc.StatusCode.CANCELLED, 400),
+        (grpc.StatusCode.UNAUTHENTICATED, 401),
+        (grpc.StatusCode.PERMISSION_DENIED, 403),
+        (grpc.StatusCode.NOT_FOUND, 404),
+        (grpc.StatusCode.ALREADY_EXISTS, 409),
+        (grpc.StatusCode.ABORTED, 409),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, 429),
+        (grpc.StatusCode.UNAVAILABLE, 503),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, 504),
+        (grpc.StatusCode.UNIMPLEMENTED, 501),
+        (grpc.StatusCode.INTERNAL, 500),
+        (grpc.StatusCode.UNKNOWN, 500),
+        (grpc.StatusCode.DATA_LOSS, 500),
+    ],
+)
+def test_grpc_status_mapping(status: grpc.StatusCode, http: int) -> None:
+    assert grpc_status_to_http(status) == http
+
+
+def test_worker_failure_keeps_mapped_status_and_retry_rule() -> None:
+    bad = error_from_grpc("decode_worker_failed_to_start", grpc.StatusCode.INVALID_ARGUMENT, "x")
+    assert isinstance(bad, BadRequest) and bad.status == 400 and not bad.retryable
+    down = error_from_grpc("prefill_worker_failed_to_start", grpc.StatusCode.UNAVAILABLE, "busy")
+    assert down.status == 503 and down.retryable and isinstance(down, ServerError)
+    sidecar = error_from_grpc(
+        "prefill_worker_failed_to_start", grpc.StatusCode.UNAVAILABLE, "sidecar_timeout after 5s"
+    )
+    assert sidecar.status == 503 and not sidecar.retryable
+
+
+def test_catalogue_codes_build_their_category() -> None:
+    err = make_error("pd_decode_missing_kv_transfer_params", "no params")
+    assert isinstance(err, UpstreamError) and err.status == 502 and not err.retryable
+    lmo = make_error("pd_decode_language_model_only_mrope", "grids")
+    assert isinstance(lmo, ClientError) and lmo.status == 400 and not lmo.retryable
+    budget = make_error("multimodal_inflight_budget", "full")
+    assert budget.status == 429 and budget.retryable
+
+
+def test_every_catalogued_code_is_consistent() -> None:
+    for code, spec in ERROR_CATALOGUE.items():
+        err = make_error(code, "m")
+        assert err.status == spec.status, code
+        assert err.retryable == spec.retryable, code
+        # Client errors are never retried, except 429 (back off and retry).
+        if spec.status < 500 and spec.status != 429:
+            assert not spec.retryable, code
+
+
+def test_openai_body_shape() -> None:
+    body = openai_error_body(make_error("invalid_request", "bad 'n'", param="n"))
+    assert body == {
+        "error": {
+            "message": "bad 'n'",
+            "type": "invalid_request_error",
+            "param": "n",
+            "code": "invalid_request",
+        }
+    }
+    assert openai_error_body(make_error("no_available_workers", "none"))["error"]["type"] == (
+        "server_error"
+    )
