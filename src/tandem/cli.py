@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from tandem.gateway.cli import add_gateway_parser
+from tandem.worker.cli import add_worker_parser
+
 
 def _serve(_: argparse.Namespace) -> int:
     # The one-command deployment (gateway + prefill + decode workers) is still being built;
@@ -23,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="gateway + prefill + decode workers in one command")
     serve.set_defaults(run=_serve)
+    add_worker_parser(commands)
+    add_gateway_parser(commands)
     return parser
 
 

@@ -1,0 +1,143 @@
+"""Built-in tiny models, generated offline on first use and cached on disk.
+
+A built-in name resolves to an ordinary Hugging Face checkpoint directory under
+``$TANDEM_CACHE_DIR`` (default ``~/.cache/tandem/models``) named
+``<name>-<content key>``; a changed generator changes the key, so stale
+directories are never reused. Generation writes into a temporary directory
+beside the target and renames it into place, so readers never see a partial
+checkpoint and concurrent generators simply race to the same result.
+
+This module imports torch only when weights are written, so a torch-free
+gateway can still resolve the tokenizer, template and processor files
+(``weights=False``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from tandem.engine.builtin_specs import BUILTIN_SPECS, BuiltinSpec
+from tandem.engine.builtin_tokenizer import write_tokenizer_files
+
+BUILTIN_MODELS: tuple[str, ...] = tuple(BUILTIN_SPECS)
+MARKER_FILE = "tandem-builtin.json"
+
+
+class UnknownModelError(ValueError):
+    """Neither a built-in model name nor a checkpoint directory."""
+
+
+def is_builtin(name: str) -> bool:
+    return name in BUILTIN_SPECS
+
+
+def default_cache_root() -> Path:
+    env = os.environ.get("TANDEM_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "tandem" / "models"
+
+
+def builtin_dir(name: str, cache_root: Path, weights: bool = True) -> Path:
+    spec = _spec(name)
+    suffix = "" if weights else "-noweights"
+    return Path(cache_root) / f"{spec.name}-{spec.content_key()}{suffix}"
+
+
+def generate_builtin(name: str, cache_root: Path | None = None, weights: bool = True) -> Path:
+    """Return the directory of a built-in model, generating it first if missing.
+
+    With ``weights=False`` the checkpoint lacks model.safetensors (and needs no
+    torch); all other files are byte-identical to the full one.
+    """
+    spec = _spec(name)
+    root = Path(cache_root) if cache_root is not None else default_cache_root()
+    target = builtin_dir(name, root, weights)
+    if (target / MARKER_FILE).exists():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"tandem: generating built-in model {name} in {target} ...", file=sys.stderr, flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=root))
+    try:
+        _write_checkpoint(tmp, spec, weights)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            # Another process finished first; its directory is identical to ours.
+            if not (target / MARKER_FILE).exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve_model(
+    name_or_path: str | Path, weights: bool = True, cache_root: Path | None = None
+) -> Path:
+    """A built-in name → its cached checkpoint (generated if missing); else a local directory.
+
+    ``weights=False`` is for callers that only need tokenizer/template/processor
+    files: an existing full checkpoint is preferred, else a weightless one is made.
+    """
+    name = str(name_or_path)
+    if is_builtin(name):
+        root = Path(cache_root) if cache_root is not None else default_cache_root()
+        if not weights and (builtin_dir(name, root) / MARKER_FILE).exists():
+            return builtin_dir(name, root)
+        return generate_builtin(name, root, weights)
+    path = Path(name).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        return path.resolve()
+    raise UnknownModelError(
+        f"model {name!r} is neither a built-in model ({', '.join(BUILTIN_MODELS)}) "
+        "nor a directory holding a Hugging Face checkpoint (config.json)"
+    )
+
+
+def _spec(name: str) -> BuiltinSpec:
+    try:
+        return BUILTIN_SPECS[name]
+    except KeyError:
+        raise UnknownModelError(
+            f"unknown built-in model {name!r}; choose one of {', '.join(BUILTIN_MODELS)}"
+        ) from None
+
+
+def _write_checkpoint(directory: Path, spec: BuiltinSpec, weights: bool) -> None:
+    _write_config(directory, spec)
+    if weights:
+        # Imported here so that resolving without weights never loads torch.
+        try:
+            from tandem.engine.builtin_weights import write_weights
+        except ImportError as exc:
+            raise RuntimeError(
+                f"generating the weights of {spec.name} needs torch (the 'engine' extra)"
+            ) from exc
+        write_weights(directory, spec)
+    write_tokenizer_files(directory, spec)
+    _write_json(directory / "preprocessor_config.json", spec.preprocessor_config)
+    if spec.processor_config is not None:
+        _write_json(directory / "processor_config.json", spec.processor_config)
+    marker = {"name": spec.name, "key": spec.content_key(), "weights": weights}
+    # The marker goes last: its presence means the directory is complete.
+    _write_json(directory / MARKER_FILE, marker)
+    # mkdtemp made the directory private; a model cache is meant to be shared.
+    directory.chmod(0o755)
+    for path in directory.iterdir():
+        path.chmod(0o644)
+
+
+def _write_config(directory: Path, spec: BuiltinSpec) -> None:
+    from transformers import AutoConfig, GenerationConfig
+
+    fields = dict(spec.config)
+    config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    config.save_pretrained(directory)
+    GenerationConfig(**spec.generation_config).save_pretrained(directory)
+
+
+def _write_json(path: Path, data: object) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

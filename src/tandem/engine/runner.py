@@ -1,0 +1,224 @@
+"""Forward passes of one loaded model, with KV in and KV out.
+
+`ModelRunner.prefill` computes the part of a prompt not covered by a given KV
+prefix (from the prefix cache, or pulled from a prefill worker) and returns
+the last position's logits; `ModelRunner.decode_step` appends one token. Both
+run batch size 1, fp32, under ``torch.inference_mode``: returned tensors are
+inference tensors, fine to read, slice, clone and concatenate anywhere, but
+not to modify in place outside inference mode.
+
+Positions never depend on pixels: M-RoPE positions come from the token ids and
+``image_grid_thw``, so a pixel-less decode leg with grids continues exactly
+where the prefill worker stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from tandem.engine.loader import LanguageModelOnly, load_model
+from tandem.engine.runner_kv import cache_from_kv, check_kv, kv_from_cache
+from tandem.engine.runner_media import (
+    MediaLayoutError,
+    MediaPlan,
+    MissingPixelsError,
+    VisionUnavailableError,
+    plan_media,
+)
+from tandem.engine.runner_vision import VisionEncoder, vision_encoder
+from tandem.engine.types import KVLayers, MediaInputs, ModelShape
+from tandem.models.info import ModelInfo, load_model_info
+
+__all__ = [
+    "ContextLengthError",
+    "MediaLayoutError",
+    "MissingPixelsError",
+    "ModelRunner",
+    "SequenceState",
+    "VisionUnavailableError",
+]
+
+
+class ContextLengthError(ValueError):
+    """The sequence would not fit the model's context."""
+
+
+@dataclass
+class SequenceState:
+    kv: KVLayers  # per layer (k, v), each [num_kv_heads, seq_len, head_dim] float32
+    length: int  # tokens covered by kv
+    rope_delta: int = 0  # M-RoPE: position offset for tokens after the prompt (0 for plain RoPE)
+
+
+class ModelRunner:
+    def __init__(self, model: nn.Module, info: ModelInfo) -> None:
+        self.model = model
+        self.info = info
+        self.family = info.family
+        self.model_type = info.model_type
+        self.eos_token_ids: list[int] = list(info.eos_token_ids)
+        self._text_config = model.config.get_text_config()
+        self._lm = model.model.language_model
+        self._head = model.lm_head
+        self.supports_vision = not isinstance(model, LanguageModelOnly)
+        self._vision: VisionEncoder | None = (
+            vision_encoder(model, info.family.name) if self.supports_vision else None
+        )
+        cfg = self._text_config
+        self.shape = ModelShape(
+            num_layers=cfg.num_hidden_layers,
+            num_kv_heads=cfg.num_key_value_heads,
+            head_dim=getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+            vocab_size=cfg.vocab_size,
+            max_context=cfg.max_position_embeddings,
+        )
+
+    @classmethod
+    def load(
+        cls, model_dir: str | Path, language_model_only: bool = False, model_id: str | None = None
+    ) -> ModelRunner:
+        info = load_model_info(model_dir, model_id)
+        return cls(load_model(model_dir, language_model_only), info)
+
+    def prefill(
+        self,
+        input_ids: Sequence[int],
+        media: MediaInputs | None,
+        cached: KVLayers | None = None,
+    ) -> tuple[torch.Tensor, SequenceState]:
+        """Compute ``input_ids[len(cached):]`` on top of ``cached``; logits of the last token.
+
+        Vision runs only for images with tokens in the computed part; those need
+        ``media.pixel_values`` (MissingPixelsError otherwise), whereas images
+        wholly inside ``cached`` need only their grid (M-RoPE) or nothing.
+        """
+        length = len(input_ids)
+        if length == 0:
+            raise ValueError("cannot prefill an empty prompt")
+        if length > self.shape.max_context:
+            raise ContextLengthError(
+                f"prompt of {length} tokens exceeds the context of {self.shape.max_context}"
+            )
+        ids = np.asarray(input_ids, dtype=np.int64)
+        if ids.min() < 0 or ids.max() >= self.shape.vocab_size:
+            raise ValueError("the prompt holds token ids outside the vocabulary")
+        start = check_kv(cached, self.shape) if cached else 0
+        if start >= length:
+            raise ValueError(
+                f"cached KV covers {start} of {length} prompt tokens; at least the last "
+                "prompt token must be computed to get its logits"
+            )
+        plan = plan_media(input_ids, media, self.info)
+        with torch.inference_mode():
+            embeds = self._lm.embed_tokens(torch.from_numpy(ids[start:]).view(1, -1))
+            extra = self._place_images(embeds, input_ids, plan, media, start)
+            cache = cache_from_kv(cached, self._text_config)
+            out = self._lm(
+                inputs_embeds=embeds,
+                position_ids=self._positions(plan, start, length),
+                cache=cache,
+                use_cache=True,
+                **extra,
+            )
+            logits = self._head(out.last_hidden_state[0, -1])
+        return logits, SequenceState(kv_from_cache(cache), length, plan.rope_delta)
+
+    def decode_step(self, state: SequenceState, token_id: int) -> torch.Tensor:
+        """Append ``token_id`` to the sequence; return the next token's logits [vocab]."""
+        if not 0 <= token_id < self.shape.vocab_size:
+            raise ValueError(f"token id {token_id} is outside the vocabulary")
+        if state.length >= self.shape.max_context:
+            raise ContextLengthError(f"the sequence has reached the context of {state.length}")
+        if not state.kv or state.kv[0][0].shape[1] != state.length:
+            raise ValueError("the sequence state's KV does not cover its length")
+        index = state.length
+        if self.family.has_mrope:
+            pos = index + state.rope_delta
+            positions = torch.tensor([index, pos, pos, pos]).view(4, 1, 1)
+        else:
+            positions = torch.tensor([[index]])
+        with torch.inference_mode():
+            cache = cache_from_kv(state.kv, self._text_config)
+            out = self._lm(
+                inputs_embeds=self._lm.embed_tokens(torch.tensor([[token_id]])),
+                position_ids=positions,
+                cache=cache,
+                use_cache=True,
+            )
+            logits = self._head(out.last_hidden_state[0, -1])
+        state.kv = kv_from_cache(cache)
+        state.length += 1
+        return logits
+
+    def _positions(self, plan: MediaPlan, start: int, end: int) -> torch.Tensor:
+        index = torch.arange(start, end)
+        if not self.family.has_mrope:
+            return index.view(1, -1)
+        # Row 0 is the plain token index (masking); rows 1-3 the M-RoPE axes.
+        mrope = (
+            torch.from_numpy(plan.mrope[:, start:end])
+            if plan.mrope is not None
+            else index.expand(3, -1)
+        )
+        return torch.cat([index.view(1, -1), mrope]).view(4, 1, -1)
+
+    def _place_images(
+        self,
+        embeds: torch.Tensor,
+        input_ids: Sequence[int],
+        plan: MediaPlan,
+        media: MediaInputs | None,
+        start: int,
+    ) -> dict[str, Any]:
+        """Write image embeddings over the computed image tokens; DeepStack inputs if any."""
+        if not plan.slots:
+            tail = np.asarray(input_ids[start:])
+            if (tail == self.info.image_token_id).any():
+                raise MissingPixelsError(
+                    "the prompt has image tokens to compute but the request carries no images"
+                )
+            return {}
+        needed = [slot for slot in plan.slots if slot.positions[-1] >= start]
+        if not needed:
+            return {}
+        if self._vision is None:
+            raise VisionUnavailableError(
+                "this worker loaded the language model only and cannot encode images; "
+                "it needs KV covering every image token"
+            )
+        if media is None or media.pixel_values is None:
+            first = int(needed[0].positions[0])
+            raise MissingPixelsError(
+                f"image tokens from position {first} must be computed (cached KV covers "
+                f"{start} tokens) but the request carries no pixel values"
+            )
+        mask = torch.zeros(embeds.shape[1], dtype=torch.bool)
+        deepstack: list[list[torch.Tensor]] = []
+        for slot in needed:
+            features = self._vision.encode(media.pixel_values[slot.pixel_rows], slot.grid)
+            if features.embeds.shape[0] != len(slot.positions):
+                raise MediaLayoutError(
+                    f"image {slot.index} encodes to {features.embeds.shape[0]} tokens but "
+                    f"the prompt holds {len(slot.positions)}"
+                )
+            keep = torch.from_numpy(slot.positions >= start)
+            local = torch.from_numpy(slot.positions - start)[keep]
+            embeds[0, local] = features.embeds[keep].to(embeds.dtype)
+            mask[local] = True
+            for layer, feature in enumerate(features.deepstack):
+                if layer == len(deepstack):
+                    deepstack.append([])
+                deepstack[layer].append(feature[keep])
+        if not deepstack:
+            return {}
+        return {
+            "visual_pos_masks": mask.view(1, -1),
+            "deepstack_visual_embeds": [torch.cat(parts) for parts in deepstack],
+        }

@@ -1,0 +1,1 @@
+"""The gateway: OpenAI HTTP in front, vLLM-protocol gRPC workers behind."""

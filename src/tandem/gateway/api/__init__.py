@@ -1,0 +1,1 @@
+"""OpenAI-compatible HTTP edge: request schemas, response bodies, SSE framing."""

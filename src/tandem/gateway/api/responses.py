@@ -1,0 +1,183 @@
+"""OpenAI response bodies as plain dicts, and their JSON encoding.
+
+Plain dicts rather than pydantic models: one is built per streamed token, and a
+dict plus ``json.dumps`` costs a fraction of model construction and dumping.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import Response
+
+from tandem.errors import TandemError, openai_error_body
+
+CHAT_OBJECT = "chat.completion"
+CHAT_CHUNK_OBJECT = "chat.completion.chunk"
+TEXT_OBJECT = "text_completion"
+
+
+def json_bytes(obj: Any) -> bytes:
+    # ensure_ascii=False keeps CJK text at 3 bytes a character instead of 6. Validated
+    # request strings and tokenizer output hold no lone surrogates, so UTF-8 cannot fail.
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    return Response(json_bytes(obj), status_code=status, media_type="application/json")
+
+
+def error_response(err: TandemError) -> Response:
+    """The OpenAI error JSON with the error's HTTP status."""
+    return json_response(openai_error_body(err), status=err.status)
+
+
+def new_response_id(prefix: str) -> str:
+    """``chatcmpl-…`` / ``cmpl-…``: unique per response, as OpenAI's ids are."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def now() -> int:
+    return int(time.time())
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceOutput:
+    """The finished text of one choice (one of the ``n`` samples)."""
+
+    index: int
+    text: str
+    finish_reason: str | None
+
+
+def chat_completion(
+    response_id: str, model: str, created: int, choices: Sequence[ChoiceOutput], usage: Usage
+) -> dict[str, Any]:
+    return {
+        "id": response_id,
+        "object": CHAT_OBJECT,
+        "created": created,
+        "model": model,
+        "choices": [
+            {
+                "index": c.index,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": None,
+                "finish_reason": c.finish_reason,
+            }
+            for c in choices
+        ],
+        "usage": usage.to_dict(),
+    }
+
+
+def text_completion(
+    response_id: str, model: str, created: int, choices: Sequence[ChoiceOutput], usage: Usage
+) -> dict[str, Any]:
+    return {
+        "id": response_id,
+        "object": TEXT_OBJECT,
+        "created": created,
+        "model": model,
+        "choices": [
+            {"index": c.index, "text": c.text, "logprobs": None, "finish_reason": c.finish_reason}
+            for c in choices
+        ],
+        "usage": usage.to_dict(),
+    }
+
+
+class _ChunkBuilder:
+    """Shared envelope of one streamed response: same id, model and created on every chunk."""
+
+    _object: str
+
+    def __init__(
+        self, response_id: str, model: str, created: int, include_usage: bool = False
+    ) -> None:
+        self.response_id = response_id
+        self.model = model
+        self.created = created
+        self.include_usage = include_usage
+
+    def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        chunk: dict[str, Any] = {
+            "id": self.response_id,
+            "object": self._object,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+        if self.include_usage:
+            # OpenAI sends "usage": null on every chunk but the last when usage is asked for.
+            chunk["usage"] = None
+        return chunk
+
+    def usage(self, usage: Usage) -> dict[str, Any]:
+        """The usage-only chunk sent last (after every choice finished) with include_usage."""
+        chunk = self._chunk([])
+        chunk["usage"] = usage.to_dict()
+        return chunk
+
+
+class ChatChunkBuilder(_ChunkBuilder):
+    """Chunks of a streamed chat completion.
+
+    Per choice: :meth:`start` once (the role), :meth:`delta` per piece of text,
+    :meth:`finish` once (the finish reason, with an empty delta).
+    """
+
+    _object = CHAT_CHUNK_OBJECT
+
+    def _choice(
+        self, index: int, delta: dict[str, Any], finish_reason: str | None
+    ) -> dict[str, Any]:
+        return self._chunk(
+            [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+        )
+
+    def start(self, index: int) -> dict[str, Any]:
+        return self._choice(index, {"role": "assistant", "content": ""}, None)
+
+    def delta(self, index: int, text: str) -> dict[str, Any]:
+        return self._choice(index, {"content": text}, None)
+
+    def finish(self, index: int, finish_reason: str) -> dict[str, Any]:
+        return self._choice(index, {}, finish_reason)
+
+
+class TextChunkBuilder(_ChunkBuilder):
+    """Chunks of a streamed text completion: :meth:`delta` per piece, :meth:`finish` once."""
+
+    _object = TEXT_OBJECT
+
+    def _choice(self, index: int, text: str, finish_reason: str | None) -> dict[str, Any]:
+        return self._chunk(
+            [{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}]
+        )
+
+    def delta(self, index: int, text: str) -> dict[str, Any]:
+        return self._choice(index, text, None)
+
+    def finish(self, index: int, finish_reason: str) -> dict[str, Any]:
+        return self._choice(index, "", finish_reason)

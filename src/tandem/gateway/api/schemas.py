@@ -1,0 +1,293 @@
+"""Request bodies of ``POST /v1/chat/completions`` and ``POST /v1/completions``.
+
+Validation is strict about types and lenient about presence: unknown fields are
+ignored (the SDK and other gateways send extras), a JSON ``null`` for an optional
+field means "use the default", and any malformed body becomes a 400
+``invalid_request`` :class:`~tandem.errors.TandemError` whose ``param`` is the
+dotted path of the first bad field. Pydantic errors never reach the client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+from pydantic import (
+    BaseModel,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from tandem.errors import TandemError, make_error
+from tandem.gateway.api.schemas_chat import (
+    INVALID,
+    STRICT_IGNORE_EXTRA,
+    UNSUPPORTED_PART,
+    ChatMessage,
+)
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+MAX_N = 16
+MAX_STOPS = 4
+# OpenAI's (and vLLM's) default for the legacy completions endpoint.
+DEFAULT_COMPLETION_MAX_TOKENS = 16
+
+TokenId = Annotated[int, Field(ge=0)]
+StopString = Annotated[str, Field(min_length=1)]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingSummary:
+    """Resolved sampling parameters; ``None`` means "unset: the worker's default"."""
+
+    n: int
+    max_tokens: int | None
+    temperature: float | None
+    top_p: float
+    top_k: int  # 0 = off (the wire's uint32 cannot carry -1)
+    min_p: float
+    seed: int | None
+    stop: tuple[str, ...]
+    stop_token_ids: tuple[int, ...]
+    ignore_eos: bool
+    min_tokens: int
+    frequency_penalty: float
+    presence_penalty: float
+    repetition_penalty: float
+    skip_special_tokens: bool
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0 or self.top_k == 1
+
+
+class StreamOptions(BaseModel):
+    model_config = STRICT_IGNORE_EXTRA
+
+    include_usage: bool = False
+
+
+class _GenerationParams(BaseModel):
+    """Fields shared by both endpoints."""
+
+    model_config = STRICT_IGNORE_EXTRA
+
+    model: str
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1, le=MAX_N)
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=-1)
+    min_p: float = Field(0.0, ge=0, le=1)
+    seed: int | None = Field(None, ge=INT32_MIN, le=INT32_MAX)
+    stop: list[StopString] = Field(default_factory=list, max_length=MAX_STOPS)
+    stop_token_ids: list[TokenId] = Field(default_factory=list)
+    ignore_eos: bool = False
+    min_tokens: int = Field(0, ge=0)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(1.0, gt=0)
+    skip_special_tokens: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        # The SDK and many clients send explicit nulls for unset options. A null in a
+        # required field is kept so it fails as a type error.
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {
+            k: v
+            for k, v in data.items()
+            if v is not None or (k in fields and fields[k].is_required())
+        }
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _single_stop(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream and self.stream_options is not None and self.stream_options.include_usage
+
+    def output_limit(self) -> int | None:
+        return self.max_tokens
+
+    def _check_min_tokens(self) -> None:
+        limit = self.output_limit()
+        if limit is not None and self.min_tokens > limit:
+            raise make_error(
+                "invalid_request",
+                f"min_tokens ({self.min_tokens}) must not exceed the token limit ({limit})",
+                param="min_tokens",
+            )
+
+    def sampling(self) -> SamplingSummary:
+        return SamplingSummary(
+            n=self.n,
+            max_tokens=self.output_limit(),
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=max(self.top_k, 0),
+            min_p=self.min_p,
+            seed=self.seed,
+            stop=tuple(self.stop),
+            stop_token_ids=tuple(self.stop_token_ids),
+            ignore_eos=self.ignore_eos,
+            min_tokens=self.min_tokens,
+            frequency_penalty=self.frequency_penalty,
+            presence_penalty=self.presence_penalty,
+            repetition_penalty=self.repetition_penalty,
+            skip_special_tokens=self.skip_special_tokens,
+        )
+
+
+def _unsupported(what: str) -> PydanticCustomError:
+    return PydanticCustomError(INVALID, f"{what} are not supported")
+
+
+class ChatCompletionRequest(_GenerationParams):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int = Field(0, ge=0, le=20)
+
+    @field_validator("logprobs", "top_logprobs")
+    @classmethod
+    def _no_logprobs(cls, value: bool | int) -> bool | int:
+        if value:
+            raise _unsupported("logprobs")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ChatCompletionRequest:
+        self._check_min_tokens()
+        return self
+
+    def output_limit(self) -> int | None:
+        # max_completion_tokens replaced max_tokens in the OpenAI API; it wins when both come.
+        return self.max_completion_tokens or self.max_tokens
+
+    def image_urls(self) -> list[str]:
+        """Every image part's URL, in the order the client wrote them."""
+        return [url for message in self.messages for url in message.image_urls()]
+
+    def template_messages(self) -> list[dict[str, Any]]:
+        return [message.template_dict() for message in self.messages]
+
+
+def _prompt_tag(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "~str"
+    return "~ids" if isinstance(value, list) else None
+
+
+PromptInput = Annotated[
+    Annotated[str, Tag("~str")] | Annotated[list[TokenId], Field(min_length=1), Tag("~ids")],
+    Discriminator(
+        _prompt_tag,
+        custom_error_type=INVALID,
+        custom_error_message="prompt must be a string or a list of token ids",
+    ),
+]
+
+
+class CompletionRequest(_GenerationParams):
+    prompt: PromptInput
+    echo: bool = False
+    suffix: str | None = None
+    logprobs: int | None = None
+    best_of: int | None = Field(None, ge=1)
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _one_prompt(cls, value: Any) -> Any:
+        # ["text"] and [[1, 2]] are one-element batches; unwrap them. Batches of several
+        # prompts are refused: each would be its own generation.
+        if isinstance(value, list) and value and all(isinstance(v, str | list) for v in value):
+            if len(value) != 1:
+                raise PydanticCustomError(
+                    INVALID, "batched prompts are not supported: send exactly one prompt"
+                )
+            return value[0]
+        return value
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, value: bool) -> bool:
+        if value:
+            raise _unsupported("echo=true requests")
+        return value
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, value: str) -> str:
+        raise _unsupported("suffixes")
+
+    @field_validator("logprobs")
+    @classmethod
+    def _no_logprobs(cls, value: int) -> int:
+        raise _unsupported("logprobs")
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> CompletionRequest:
+        if self.best_of is not None and self.best_of != self.n:
+            raise make_error("invalid_request", "best_of must equal n", param="best_of")
+        self._check_min_tokens()
+        return self
+
+    def output_limit(self) -> int:
+        return self.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
+
+
+def error_param(loc: tuple[int | str, ...]) -> str | None:
+    """Dotted path of a pydantic error location, without the ``~`` union tags."""
+    parts = [str(p) for p in loc if not (isinstance(p, str) and p.startswith("~"))]
+    return ".".join(parts) or None
+
+
+def _to_tandem_error(exc: ValidationError) -> TandemError:
+    first = exc.errors(include_url=False, include_input=False)[0]
+    kind, msg = first["type"], first["msg"]
+    param = error_param(first["loc"])
+    if kind == "json_invalid":
+        detail = first.get("ctx", {}).get("error", msg)
+        return make_error("invalid_request", f"request body is not valid JSON: {detail}")
+    if param is None and kind == "model_type":
+        return make_error("invalid_request", "request body must be a JSON object")
+    if kind == UNSUPPORTED_PART:
+        return make_error("unsupported_content_part", msg, param=param)
+    if kind == INVALID:
+        return make_error("invalid_request", msg, param=param)
+    if kind == "missing":
+        return make_error("invalid_request", f"'{param}' is required", param=param)
+    where = f"'{param}'" if param else "request body"
+    return make_error("invalid_request", f"invalid {where}: {msg}", param=param)
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _parse(model: type[_Model], body: bytes | str) -> _Model:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        # from None: the pydantic chain is noise in logs; the message carries what matters.
+        raise _to_tandem_error(exc) from None
+
+
+def parse_chat_request(body: bytes | str) -> ChatCompletionRequest:
+    return _parse(ChatCompletionRequest, body)
+
+
+def parse_completion_request(body: bytes | str) -> CompletionRequest:
+    return _parse(CompletionRequest, body)

@@ -1,0 +1,130 @@
+"""Chat messages and their content parts, as the OpenAI SDK sends them.
+
+Unions are tagged by a callable discriminator so pydantic validates only the
+member the value's shape selects: an error then points at the real culprit
+(``messages.0.content.1.text``) instead of listing every union member. Tags start
+with ``~`` so :func:`tandem.gateway.api.schemas.error_param` can drop them from
+error locations.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Tag, field_validator
+from pydantic_core import PydanticCustomError
+
+# Strict: a number where a string belongs is an error, not a silent coercion.
+# allow_inf_nan=False: JSON NaN/Infinity must not slip past range checks.
+STRICT_IGNORE_EXTRA = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+
+# Error types raised by Tandem's own validators; their messages are complete sentences.
+INVALID = "tandem_invalid"
+UNSUPPORTED_PART = "tandem_unsupported_content_part"
+
+Role = Literal["system", "user", "assistant", "tool", "developer"]
+
+
+class TextPart(BaseModel):
+    model_config = STRICT_IGNORE_EXTRA
+
+    type: Literal["text"]
+    text: str
+
+
+class ImageURL(BaseModel):
+    model_config = STRICT_IGNORE_EXTRA
+
+    url: str
+    detail: str | None = None
+
+
+class ImagePart(BaseModel):
+    model_config = STRICT_IGNORE_EXTRA
+
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+    @field_validator("image_url", mode="before")
+    @classmethod
+    def _bare_url(cls, value: Any) -> Any:
+        # Some clients send {"image_url": "https://..."}; read it as {"url": ...}.
+        return {"url": value} if isinstance(value, str) else value
+
+
+class _UnsupportedPart(BaseModel):
+    """Any part whose ``type`` is a string Tandem does not know; validation always fails."""
+
+    model_config = STRICT_IGNORE_EXTRA
+
+    type: str
+
+    @field_validator("type")
+    @classmethod
+    def _refuse(cls, value: str) -> str:
+        raise PydanticCustomError(
+            UNSUPPORTED_PART,
+            "content part type '{part_type}' is not supported (use 'text' or 'image_url')",
+            {"part_type": value},
+        )
+
+
+def _part_tag(value: Any) -> str | None:
+    part_type = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    if part_type == "text":
+        return "~text"
+    if part_type == "image_url":
+        return "~image_url"
+    return "~other" if isinstance(part_type, str) else None
+
+
+ContentPart = Annotated[
+    Annotated[TextPart, Tag("~text")]
+    | Annotated[ImagePart, Tag("~image_url")]
+    | Annotated[_UnsupportedPart, Tag("~other")],
+    Discriminator(
+        _part_tag,
+        custom_error_type=INVALID,
+        custom_error_message="each content part must be an object with a string 'type'",
+    ),
+]
+
+
+def _content_tag(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "~str"
+    return "~list" if isinstance(value, list) else None
+
+
+MessageContent = (
+    Annotated[
+        Annotated[str, Tag("~str")] | Annotated[list[ContentPart], Tag("~list")],
+        Discriminator(
+            _content_tag,
+            custom_error_type=INVALID,
+            custom_error_message="message content must be a string, a list of parts or null",
+        ),
+    ]
+    | None
+)
+
+
+class ChatMessage(BaseModel):
+    model_config = STRICT_IGNORE_EXTRA
+
+    role: Role
+    content: MessageContent = None
+    # Kept because chat templates read them; tool_calls and the like are ignored.
+    name: str | None = None
+    tool_call_id: str | None = None
+
+    def image_urls(self) -> list[str]:
+        if not isinstance(self.content, list):
+            return []
+        return [p.image_url.url for p in self.content if isinstance(p, ImagePart)]
+
+    def template_dict(self) -> dict[str, Any]:
+        """The message as a plain dict for the chat template (unset optional fields left out)."""
+        data = self.model_dump(exclude_none=True)
+        data.setdefault("content", None)  # templates index message['content'] unconditionally
+        return data

@@ -1,0 +1,183 @@
+"""The HTTP front: OpenAI routes, health, metrics, worker admin. Thin by design.
+
+Each generation route runs the pipeline stages in order over one
+:class:`RequestContext`; every failure is a :class:`TandemError` rendered as
+OpenAI error JSON (or, once a stream has started, as an SSE error event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tandem.errors import TandemError, make_error
+from tandem.gateway import metrics
+from tandem.gateway.api.responses import error_response, json_response
+from tandem.gateway.api.schemas import parse_chat_request, parse_completion_request
+from tandem.gateway.api.sse import sse_response
+from tandem.gateway.pipeline.context import RequestContext
+from tandem.gateway.pipeline.media import prepare_media
+from tandem.gateway.pipeline.prompt import build_prompt
+from tandem.gateway.pipeline.respond import collect, stream_events
+from tandem.gateway.pipeline.wire_request import build_wire_request
+from tandem.gateway.state import GatewayState
+from tandem.gateway.workers_admin import admin_routes
+
+log = logging.getLogger("tandem.gateway")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise make_error("payload_too_large", f"request body is over {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise make_error("payload_too_large", f"request body is over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def build_app(state: GatewayState) -> Starlette:
+    async def chat(request: Request) -> Response:
+        return await generate(request, "chat", parse_chat_request)
+
+    async def completions(request: Request) -> Response:
+        return await generate(request, "completions", parse_completion_request)
+
+    async def generate(request: Request, route: str, parse: Callable[[bytes], Any]) -> Response:
+        started = time.perf_counter()
+        try:
+            if state.draining:
+                raise make_error("shutting_down", "the gateway is shutting down")
+            body = parse(await read_body(request, state.config.max_payload_size))
+            ctx = await prepare(body, route)
+            assert state.dispatcher is not None
+            if ctx.stream:
+                opened = await state.dispatcher.open(ctx)
+                return sse_response(_observed(stream_events(ctx, opened), route, started))
+            answer = await _until_disconnect(request, run_to_answer(ctx))
+        except TandemError as err:
+            _record(route, err.status, err.code, started)
+            return error_response(err)
+        except Exception:
+            log.exception("unexpected failure on %s", route)
+            err = make_error("internal_error", "internal error; see the gateway log")
+            _record(route, 500, err.code, started)
+            return error_response(err)
+        _record(route, 200, "", started)
+        return json_response(answer)
+
+    async def prepare(body: Any, route: str) -> RequestContext:
+        model = await state.ensure_model()
+        if model is None:
+            raise make_error("no_available_workers", "no worker is registered yet")
+        if body.model != model.model_id:
+            raise make_error(
+                "model_not_found", f"model {body.model!r} is not served here", param="model"
+            )
+        ctx = RequestContext(route, f"tandem-{uuid.uuid4().hex}", body, model, body.sampling())
+        build_prompt(ctx)
+        build_wire_request(ctx)
+        workers = state.registry.workers(model_id=model.model_id)
+        await asyncio.wait_for(
+            prepare_media(ctx, state.config, workers), state.config.request_timeout_s
+        )
+        return ctx
+
+    async def run_to_answer(ctx: RequestContext) -> dict[str, Any]:
+        assert state.dispatcher is not None
+        try:
+            async with asyncio.timeout(state.config.request_timeout_s):
+                opened = await state.dispatcher.open(ctx)
+                return await collect(ctx, opened)
+        except TimeoutError:
+            raise make_error(
+                "request_timeout",
+                f"no answer within --request-timeout-secs={state.config.request_timeout_s}",
+            ) from None
+
+    async def models(request: Request) -> Response:
+        model = await state.ensure_model()
+        data = []
+        if model is not None:
+            data.append(
+                {"id": model.model_id, "object": "model", "owned_by": "tandem", "created": 0}
+            )
+        return json_response({"object": "list", "data": data})
+
+    async def health(request: Request) -> Response:
+        available = state.registry.available()
+        status = 200 if available and not state.draining else 503
+        return json_response(
+            {"status": "ok" if status == 200 else "unavailable", "workers": len(available)},
+            status=status,
+        )
+
+    async def prometheus(request: Request) -> Response:
+        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return error_response(make_error("not_found", f"no route {request.url.path}"))
+
+    routes = [
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", prometheus, methods=["GET"]),
+        *admin_routes(state),
+    ]
+    return Starlette(routes=routes, exception_handlers={404: not_found})
+
+
+async def _until_disconnect(request: Request, work: Awaitable[Any]) -> Any:
+    """Run ``work``; cancel it (and so abort the worker call) if the client goes away."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                task.cancel()
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+
+async def _observed(
+    events: AsyncIterator[dict[str, Any]], route: str, started: float
+) -> AsyncIterator[dict[str, Any]]:
+    status, code = 200, ""
+    try:
+        async for event in events:
+            yield event
+    except TandemError as err:
+        status, code = err.status, err.code
+        raise
+    finally:
+        _record(route, status, code, started)
+
+
+def _record(route: str, status: int, code: str, started: float) -> None:
+    metrics.REQUESTS.labels(route, str(status), code).inc()
+    metrics.REQUEST_SECONDS.labels(route).observe(time.perf_counter() - started)

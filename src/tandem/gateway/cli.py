@@ -1,0 +1,79 @@
+"""`tandem gateway` flags → GatewayConfig. Names follow smg's where the feature is the same."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from tandem.gateway.config import MM_PROCESSING_MODES, PD_DISPATCH_MODES, GatewayConfig
+from tandem.log import setup_logging
+from tandem.media import MediaPolicy
+
+
+def _urls(values: list[str] | None) -> list[str]:
+    return [u.removeprefix("grpc://") for group in values or [] for u in group]
+
+
+def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("gateway", help="the OpenAI-compatible gateway")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--worker-urls", nargs="+", action="append", help="aggregated workers")
+    p.add_argument("--pd-disaggregation", action="store_true")
+    p.add_argument("--prefill", nargs="+", action="append", help="prefill worker URLs")
+    p.add_argument("--decode", nargs="+", action="append", help="decode worker URLs")
+    p.add_argument("--policy", default="cache_aware")
+    p.add_argument("--prefill-policy", default=None)
+    p.add_argument("--decode-policy", default=None)
+    p.add_argument("--pd-dispatch", choices=PD_DISPATCH_MODES, default="sequential")
+    p.add_argument("--model-path", type=Path, default=None)
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--mm-processing", choices=MM_PROCESSING_MODES, default="auto")
+    p.add_argument("--mm-per-request-image-limit", type=int, default=8)
+    p.add_argument("--mm-allow-private-media-hosts", action="store_true")
+    p.add_argument("--mm-allowed-media-domains", nargs="*", default=[])
+    p.add_argument("--allowed-local-media-path", type=Path, default=None)
+    p.add_argument("--max-payload-size", type=int, default=64 << 20)
+    p.add_argument("--request-timeout-secs", type=float, default=300.0)
+    p.add_argument("--max-retries", type=int, default=2)
+    p.add_argument("--health-check-interval-secs", type=float, default=5.0)
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(run=run_gateway)
+
+
+def config_from_args(args: argparse.Namespace) -> GatewayConfig:
+    media = MediaPolicy(
+        allow_private_hosts=args.mm_allow_private_media_hosts,
+        allowed_domains=tuple(args.mm_allowed_media_domains),
+        allowed_local_path=args.allowed_local_media_path,
+    )
+    return GatewayConfig(
+        host=args.host,
+        port=args.port,
+        worker_urls=_urls(args.worker_urls),
+        pd_disaggregation=args.pd_disaggregation,
+        prefill_urls=_urls(args.prefill),
+        decode_urls=_urls(args.decode),
+        policy=args.policy,
+        prefill_policy=args.prefill_policy,
+        decode_policy=args.decode_policy,
+        pd_dispatch=args.pd_dispatch,
+        model_path=args.model_path,
+        served_model_name=args.served_model_name,
+        mm_processing=args.mm_processing,
+        mm_per_request_image_limit=args.mm_per_request_image_limit,
+        media=media,
+        max_payload_size=args.max_payload_size,
+        request_timeout_s=args.request_timeout_secs,
+        max_retries=args.max_retries,
+        health_interval_s=args.health_check_interval_secs,
+    )
+
+
+def run_gateway(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level, role="gateway")
+    from tandem.gateway.server import serve
+
+    asyncio.run(serve(config_from_args(args), args.log_level))
+    return 0

@@ -1,0 +1,53 @@
+"""The gateway's configuration: one validated dataclass built from the command line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tandem.media import MediaPolicy
+
+MM_PROCESSING_MODES = ("auto", "router", "worker")
+PD_DISPATCH_MODES = ("sequential", "parallel")
+
+
+@dataclass(slots=True)
+class GatewayConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    worker_urls: list[str] = field(default_factory=list)
+    pd_disaggregation: bool = False
+    prefill_urls: list[str] = field(default_factory=list)
+    decode_urls: list[str] = field(default_factory=list)
+    policy: str = "cache_aware"
+    prefill_policy: str | None = None
+    decode_policy: str | None = None
+    model_path: Path | None = None
+    served_model_name: str | None = None
+    mm_processing: str = "auto"
+    mm_per_request_image_limit: int = 8
+    media: MediaPolicy = field(default_factory=MediaPolicy)
+    max_payload_size: int = 64 << 20
+    request_timeout_s: float = 300.0
+    max_retries: int = 2
+    health_interval_s: float = 5.0
+    pd_dispatch: str = "sequential"
+    wire_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if self.mm_processing not in MM_PROCESSING_MODES:
+            raise ValueError(f"--mm-processing must be one of {', '.join(MM_PROCESSING_MODES)}")
+        if self.pd_dispatch not in PD_DISPATCH_MODES:
+            raise ValueError(f"--pd-dispatch must be one of {', '.join(PD_DISPATCH_MODES)}")
+        if self.pd_disaggregation and not (self.prefill_urls and self.decode_urls):
+            raise ValueError("--pd-disaggregation needs at least one --prefill and one --decode")
+        if not self.pd_disaggregation and (self.prefill_urls or self.decode_urls):
+            raise ValueError("--prefill/--decode need --pd-disaggregation")
+        if self.max_payload_size < 1024:
+            raise ValueError("--max-payload-size must be at least 1024 bytes")
+        if self.request_timeout_s <= 0:
+            raise ValueError("--request-timeout-secs must be positive")
+        if self.mm_per_request_image_limit < 0:
+            raise ValueError("--mm-per-request-image-limit must be >= 0")
+        if self.max_retries < 0:
+            raise ValueError("--max-retries must be >= 0")

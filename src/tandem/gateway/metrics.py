@@ -1,0 +1,78 @@
+"""Every Prometheus metric of the gateway, defined once, with the `tandem_` prefix.
+
+Label cardinality is bounded: routes, status codes, error codes and worker URLs
+are finite sets; request ids and model outputs never become labels.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+REQUESTS = Counter(
+    "tandem_requests_total",
+    "HTTP requests by route, status and error code ('' on success)",
+    ["route", "status", "code"],
+    registry=REGISTRY,
+)
+REQUEST_SECONDS = Histogram(
+    "tandem_request_duration_seconds",
+    "Time from request arrival to the last byte of the response",
+    ["route"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+TTFT_SECONDS = Histogram(
+    "tandem_time_to_first_token_seconds",
+    "Time from request arrival to the first generated token",
+    ["route"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+WORKER_IN_FLIGHT = Gauge(
+    "tandem_worker_in_flight", "Requests in flight per worker", ["worker"], registry=REGISTRY
+)
+WORKER_HEALTHY = Gauge(
+    "tandem_worker_healthy",
+    "1 when the worker passed its last health check",
+    ["worker"],
+    registry=REGISTRY,
+)
+CIRCUIT_OPEN = Gauge(
+    "tandem_worker_circuit_open",
+    "1 while the worker's circuit breaker is open",
+    ["worker"],
+    registry=REGISTRY,
+)
+RETRIES = Counter(
+    "tandem_retries_total", "Requests retried on another worker", ["route"], registry=REGISTRY
+)
+MM_ITEMS = Counter(
+    "tandem_mm_items_total", "Media items by processing path", ["path"], registry=REGISTRY
+)
+MM_TENSOR_BYTES = Counter(
+    "tandem_mm_tensor_bytes_total",
+    "Tensor payload bytes sent to workers, by leg (aggregated, prefill, decode) and kind",
+    ["leg", "kind"],
+    registry=REGISTRY,
+)
+MM_PROCESSING = Counter(
+    "tandem_mm_processing_total",
+    "Router/worker media path decisions",
+    ["mode", "reason"],
+    registry=REGISTRY,
+)
+MEDIA_FETCH_SECONDS = Histogram(
+    "tandem_media_fetch_seconds",
+    "Fetching and decoding a request's media",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+MEDIA_PREPROCESS_SECONDS = Histogram(
+    "tandem_media_preprocess_seconds",
+    "Preprocessing a request's images",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)

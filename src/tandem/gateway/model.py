@@ -1,0 +1,58 @@
+"""What the gateway knows of the served model: tokenizer, chat template, image processor.
+
+The files come from ``--model-path`` or, by default, from the first worker's
+``GetTokenizer`` stream, so a gateway needs no local copy of the model.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from tandem.models.chat import ChatTemplate
+from tandem.models.info import ModelInfo, load_model_info
+from tandem.models.processor import ImageProcessor, load_processor
+
+log = logging.getLogger("tandem.gateway")
+
+
+@dataclass(slots=True)
+class ModelHandle:
+    model_id: str
+    info: ModelInfo
+    tokenizer: Tokenizer
+    template: ChatTemplate
+    processor: ImageProcessor | None
+
+    @classmethod
+    def from_dir(cls, model_dir: Path, model_id: str) -> ModelHandle:
+        info = load_model_info(model_dir, model_id)
+        tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        template = ChatTemplate.from_model_dir(model_dir)
+        try:
+            processor = load_processor(model_dir, model_id)
+        except (OSError, ValueError) as exc:
+            log.warning("model %s: no image processor (%s); images will be refused", model_id, exc)
+            processor = None
+        return cls(model_id, info, tokenizer, template, processor)
+
+    @classmethod
+    def from_archive(cls, archive: bytes, model_id: str) -> ModelHandle:
+        """Unpack a worker's tokenizer archive into a private temp dir and load from it."""
+        target = Path(tempfile.mkdtemp(prefix="tandem-model-"))
+        with zipfile.ZipFile(io.BytesIO(archive)) as zipped:
+            for member in zipped.namelist():
+                # Plain file names only: an archive must not write outside its directory.
+                if "/" in member or "\\" in member or member.startswith("."):
+                    raise ValueError(f"unexpected path in tokenizer archive: {member!r}")
+            zipped.extractall(target)
+        return cls.from_dir(target, model_id)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids

@@ -1,0 +1,63 @@
+"""Image handling in the gateway: the media plan, the router/worker path decision, router-side
+processing into vLLM's ``MultimodalInputs``, and worker-side ``media_refs``.
+
+A request with images goes:
+
+    plan_images → check_anchors → choose_mm_path
+      router: process_images (fetch ∥, decode + preprocess + hash in a thread)
+              → expand_and_assemble (expanded ids + MultimodalInputs)
+      worker: build_media_refs (guarded, verbatim URLs; ids stay unexpanded)
+              → after selection: check_legs_accept_media_refs, check_media_ref_schemes
+
+Every refusal is a ``TandemError`` with the reference's stable code. Nothing here imports
+torch.
+"""
+
+from tandem.gateway.multimodal.assemble import PIXEL_WIRE_DTYPES, expand_and_assemble, write_tensor
+from tandem.gateway.multimodal.media_refs import build_media_refs, check_media_ref_url
+from tandem.gateway.multimodal.path import (
+    MM_PROCESSING_MODES,
+    MmPath,
+    MmProcessingMode,
+    PathDecision,
+    PathReason,
+    accepted_media_ref_schemes,
+    check_legs_accept_media_refs,
+    check_media_ref_schemes,
+    choose_mm_path,
+    filter_media_ref_capable,
+    parse_scheme_label,
+)
+from tandem.gateway.multimodal.plan import MediaPlan, check_anchors, plan_images
+from tandem.gateway.multimodal.process import (
+    MediaTimings,
+    ProcessedImages,
+    media_error_to_tandem,
+    process_images,
+)
+
+__all__ = [
+    "MM_PROCESSING_MODES",
+    "PIXEL_WIRE_DTYPES",
+    "MediaPlan",
+    "MediaTimings",
+    "MmPath",
+    "MmProcessingMode",
+    "PathDecision",
+    "PathReason",
+    "ProcessedImages",
+    "accepted_media_ref_schemes",
+    "build_media_refs",
+    "check_anchors",
+    "check_legs_accept_media_refs",
+    "check_media_ref_schemes",
+    "check_media_ref_url",
+    "choose_mm_path",
+    "expand_and_assemble",
+    "filter_media_ref_capable",
+    "media_error_to_tandem",
+    "parse_scheme_label",
+    "plan_images",
+    "process_images",
+    "write_tensor",
+]

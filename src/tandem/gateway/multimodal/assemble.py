@@ -1,0 +1,145 @@
+"""Router path, prompt half: expand the anchors and assemble vLLM's ``MultimodalInputs``.
+
+The layout follows reference §2.4 for vLLM workers: the encoder tensor as ``pixel_values``,
+model tensors in ``model_specific_tensors``, per-item slicing described by ``batched_keys`` /
+``flat_keys`` from the family spec, and ``mm_placeholders`` as offsets into the expanded ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tandem.errors import make_error
+from tandem.gateway.multimodal.plan import check_anchors
+from tandem.gateway.multimodal.process import ProcessedImages
+from tandem.models.info import ModelInfo
+from tandem.models.placeholders import PlaceholderCountError, expand_placeholders
+from tandem.wire.proto import GRID_KEYS, Modality, MultimodalInputs, TensorData
+from tandem.wire.tensors import (
+    WIRE_DTYPES,
+    canonical_dtype,
+    default_wire_dtype,
+    float32_to_bfloat16_bits,
+)
+
+PIXEL_KEY = "pixel_values"
+PIXEL_WIRE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+
+
+def expand_and_assemble(
+    input_ids: Sequence[int],
+    processed: ProcessedImages,
+    info: ModelInfo,
+    *,
+    pixel_dtype: str = "float32",
+    out: MultimodalInputs | None = None,
+) -> tuple[list[int], MultimodalInputs]:
+    """Expand one anchor per image into its token run and build the image batch.
+
+    ``pixel_dtype`` is the wire dtype of ``pixel_values`` (``float32``, ``bfloat16``,
+    ``float16`` or an alias). ``out`` lets the caller pass ``request.mm_inputs`` so the pixel
+    payload is written once, straight into the request, instead of being copied there later.
+    The pixel array is taken from ``processed`` (see ``ProcessedImages.take_pixels``).
+    Raises 400 ``multimodal_prompt_contract_mismatch`` when anchors and images differ.
+    """
+    wire_dtype = canonical_dtype(pixel_dtype)
+    if wire_dtype not in PIXEL_WIRE_DTYPES:
+        raise ValueError(f"pixel wire dtype must be one of {PIXEL_WIRE_DTYPES}, got {pixel_dtype}")
+    check_anchors(input_ids, info, len(processed))
+    try:
+        expanded, ranges = expand_placeholders(
+            input_ids, info.anchor_token_id, processed.tokens_per_image, info.image_token_id
+        )
+    except PlaceholderCountError as exc:  # unreachable after check_anchors; kept as a guard
+        raise make_error("multimodal_prompt_contract_mismatch", str(exc)) from exc
+
+    tensors = _model_tensors(processed, info)
+    _check_layout(processed, tensors, info)
+    # Only now touch ``out``: every refusal above leaves the caller's message as it was.
+    batch = out if out is not None else MultimodalInputs()
+    batch.Clear()
+    batch.modality = Modality.IMAGE
+    batch.im_token_id = info.image_token_id
+    for offset, length in ranges:
+        batch.mm_placeholders.add(offset=offset, length=length)
+    batch.mm_hashes.extend(processed.hashes)
+    for key, array in tensors.items():
+        write_tensor(batch.model_specific_tensors[key], array)
+    family = info.family
+    batch.batched_keys.extend(family.batched_keys)
+    batch.flat_keys.update(family.flat_keys)
+    # vLLM decode engines compute M-RoPE positions on the CPU from these grids and crash if
+    # they were moved to the GPU; keep them there even if a family spec forgot to list one.
+    keep_on_cpu = list(family.keep_on_cpu_keys)
+    keep_on_cpu += [k for k in GRID_KEYS if k in tensors and k not in keep_on_cpu]
+    batch.keep_on_cpu_keys.extend(keep_on_cpu)
+    # Pixels last: everything cheap is validated and written before the large copy.
+    write_tensor(batch.pixel_values, processed.take_pixels(), wire_dtype)
+    return expanded, batch
+
+
+def write_tensor(target: TensorData, array: np.ndarray, dtype: str | None = None) -> None:
+    """Encode ``array`` inline straight into ``target`` (same format as ``encode_tensor``).
+
+    ``encode_tensor`` returns a fresh message, and putting that into a batch copies the
+    payload again (``CopyFrom``); writing in place keeps it to the one unavoidable copy
+    from numpy into the message.
+    """
+    wire = canonical_dtype(dtype) if dtype else default_wire_dtype(array)
+    if wire == "bfloat16":
+        if array.dtype.kind != "f":
+            raise ValueError(f"bfloat16 needs a floating tensor, got {array.dtype}")
+        payload = float32_to_bfloat16_bits(array)
+    else:
+        target_dtype = WIRE_DTYPES[wire]
+        if array.dtype.kind == "f" and target_dtype.kind in "iu":
+            raise ValueError(f"refusing to truncate a {array.dtype} tensor to {wire}")
+        payload = np.ascontiguousarray(array, dtype=target_dtype)  # no copy when already so
+    target.Clear()
+    target.shape.extend(int(d) for d in array.shape)
+    target.dtype = wire
+    target.inline = payload.tobytes()
+
+
+def _model_tensors(processed: ProcessedImages, info: ModelInfo) -> dict[str, np.ndarray]:
+    tensors = {key: np.asarray(value) for key, value in processed.grids.items()}
+    sizes_key = info.family.pixel_sizes_key
+    if sizes_key is not None:
+        if processed.patches_per_image is None:
+            raise make_error(
+                "internal_error", f"the {info.family.name} processor gave no {sizes_key}"
+            )
+        tensors[sizes_key] = np.asarray(processed.patches_per_image, dtype=np.int64)
+    return tensors
+
+
+def _check_layout(
+    processed: ProcessedImages, tensors: dict[str, np.ndarray], info: ModelInfo
+) -> None:
+    """The processor output must match the spec's slicing, or the worker mis-slices items.
+
+    A mismatch here is a processor/spec bug, so it is a 500 and not the client's fault.
+    """
+    count = len(processed)
+    pixels = processed.pixel_values
+    if pixels is None:
+        raise RuntimeError("the pixel values of these images were already assembled")
+    problems: list[str] = []
+    if len(processed.hashes) != count:
+        problems.append(f"{len(processed.hashes)} hashes")
+    for key in info.family.batched_keys:
+        array = pixels if key == PIXEL_KEY else tensors.get(key)
+        if array is None or array.ndim == 0 or array.shape[0] != count:
+            shape = None if array is None else array.shape
+            problems.append(f"batched {key} of shape {shape}")
+    sizes_key = info.family.pixel_sizes_key
+    if sizes_key is not None and int(tensors[sizes_key].sum()) != pixels.shape[0]:
+        problems.append(f"{sizes_key} summing to {int(tensors[sizes_key].sum())}")
+    if problems:
+        raise make_error(
+            "internal_error",
+            f"image batch of {count} items has {', '.join(problems)}; "
+            f"pixel_values shape {pixels.shape}",
+        )

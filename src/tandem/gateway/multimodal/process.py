@@ -1,0 +1,165 @@
+"""Router path, media half: fetch, decode, preprocess and hash the images of a plan.
+
+Fetching is I/O and runs concurrently on the event loop; decoding, hashing and
+preprocessing are CPU-bound and run together in one worker thread so the gateway keeps
+serving other requests meanwhile (reference §2.1 steps 5–6, §2.2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import httpx
+import numpy as np
+
+from tandem.errors import TandemError, make_error
+from tandem.gateway.multimodal.plan import MediaPlan
+from tandem.media import (
+    FetchedMedia,
+    MediaError,
+    MediaPolicy,
+    Resolver,
+    decode_image,
+    fetch_all,
+    media_hash,
+)
+from tandem.models.info import ModelInfo
+from tandem.models.processor import ImageProcessor, PreprocessedImages
+
+log = logging.getLogger("tandem.gateway.multimodal")
+
+
+@dataclass(slots=True)
+class MediaTimings:
+    """Seconds spent per stage, for the gateway's metrics and timing logs."""
+
+    fetch_s: float = 0.0
+    decode_s: float = 0.0
+    preprocess_s: float = 0.0
+
+
+@dataclass(slots=True)
+class ProcessedImages:
+    """The processed images of one request, in plan order, not yet on the wire.
+
+    ``pixel_values`` is released (set to None) by the assembler once it is encoded, so the
+    gateway never holds the pixels twice for the rest of the request (DESIGN invariant 3).
+    """
+
+    pixel_values: np.ndarray | None
+    tokens_per_image: list[int]
+    grids: dict[str, np.ndarray]  # e.g. image_grid_thw, int64 [n, 3]
+    patches_per_image: np.ndarray | None  # int64 [n] for flat pixel layouts, else None
+    hashes: list[str]  # BLAKE3 hex of each item's encoded bytes
+    encoded_bytes: list[int]  # size of each item as fetched
+    timings: MediaTimings = field(default_factory=MediaTimings)
+
+    def __len__(self) -> int:
+        return len(self.tokens_per_image)
+
+    def take_pixels(self) -> np.ndarray:
+        """Hand the pixel array over to the caller and drop this object's reference."""
+        if self.pixel_values is None:
+            raise RuntimeError("the pixel values of these images were already assembled")
+        pixels, self.pixel_values = self.pixel_values, None
+        return pixels
+
+
+def media_error_to_tandem(exc: MediaError) -> TandemError:
+    """The client-facing 400 of a media failure; the media package's code is kept.
+
+    Fetch failures stay 400 even when transient, as on the reference router path: the
+    request names the media, so a retry on another worker pair would fetch it again.
+    """
+    return make_error(exc.code, exc.message)
+
+
+async def process_images(
+    plan: MediaPlan,
+    info: ModelInfo,
+    processor: ImageProcessor,
+    policy: MediaPolicy,
+    *,
+    client: httpx.AsyncClient | None = None,
+    resolver: Resolver | None = None,
+) -> ProcessedImages:
+    """Fetch (concurrently), decode, preprocess as one batch, and hash every image.
+
+    ``client`` may be a shared client from ``tandem.media.make_client`` (connection reuse);
+    without one, ``fetch_all`` makes a guarded client per call.
+    Raises a 400 ``TandemError``: ``media_url_refused`` (policy), ``media_too_large`` (byte
+    or pixel caps) or ``multimodal_processing_failed`` (fetch, decode or preprocess).
+    """
+    if plan.is_empty:
+        raise ValueError("process_images needs a plan with at least one image")
+    if processor.family != info.family:
+        raise ValueError(
+            f"processor is for family {processor.family.name!r}, model is {info.family.name!r}"
+        )
+    timings = MediaTimings()
+    started = time.perf_counter()
+    try:
+        fetched = await fetch_all(plan.image_urls, policy, client=client, resolver=resolver)
+    except MediaError as exc:
+        raise media_error_to_tandem(exc) from exc
+    timings.fetch_s = time.perf_counter() - started
+    try:
+        preprocessed, hashes = await asyncio.to_thread(
+            _decode_preprocess_hash, fetched, processor, policy, timings
+        )
+    except MediaError as exc:
+        raise media_error_to_tandem(exc) from exc
+    except ValueError as exc:
+        # transformers' processors raise ValueError for images they cannot resize (e.g. an
+        # extreme aspect ratio); that is the client's image, not a gateway fault.
+        log.info("image preprocessing refused the request's images: %s", exc)
+        raise make_error(
+            "multimodal_processing_failed", f"image preprocessing failed: {exc}"
+        ) from exc
+    _check_batch(preprocessed, len(plan))
+    return ProcessedImages(
+        pixel_values=preprocessed.pixel_values,
+        tokens_per_image=list(preprocessed.tokens_per_image),
+        grids=dict(preprocessed.grids),
+        patches_per_image=preprocessed.patches_per_image,
+        hashes=hashes,
+        encoded_bytes=[len(f.data) for f in fetched],
+        timings=timings,
+    )
+
+
+def _decode_preprocess_hash(
+    fetched: Sequence[FetchedMedia],
+    processor: ImageProcessor,
+    policy: MediaPolicy,
+    timings: MediaTimings,
+) -> tuple[PreprocessedImages, list[str]]:
+    # Runs in a worker thread. Hashes are over the encoded bytes as fetched (reference §2.2),
+    # so they do not depend on the decoder; they are computed here only to keep CPU work off
+    # the event loop.
+    started = time.perf_counter()
+    hashes = [media_hash(item.data) for item in fetched]
+    images = [decode_image(item.data, policy) for item in fetched]
+    decoded = time.perf_counter()
+    timings.decode_s = decoded - started
+    try:
+        preprocessed = processor.preprocess(images)
+    finally:
+        for image in images:
+            image.close()
+    timings.preprocess_s = time.perf_counter() - decoded
+    return preprocessed, hashes
+
+
+def _check_batch(pre: PreprocessedImages, count: int) -> None:
+    # A processor returning the wrong number of items would silently misalign images and
+    # placeholders; that is a bug on our side, hence a 500 rather than a client error.
+    if len(pre.tokens_per_image) != count:
+        raise make_error(
+            "internal_error",
+            f"image processor returned {len(pre.tokens_per_image)} items for {count} images",
+        )

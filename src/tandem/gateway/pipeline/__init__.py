@@ -1,0 +1,1 @@
+"""Named stages over one request context: prompt → media → request → dispatch → respond."""

@@ -1,0 +1,44 @@
+"""One request's state as it moves through the gateway's stages."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, SamplingSummary
+from tandem.gateway.model import ModelHandle
+from tandem.wire.proto import GenerateRequest
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Immutable input (route, body, model) plus what the stages fill in, in order."""
+
+    route: str  # "chat" or "completions"
+    request_id: str
+    body: ChatCompletionRequest | CompletionRequest
+    model: ModelHandle
+    sampling: SamplingSummary
+    arrived: float = field(default_factory=time.perf_counter)
+    # prompt stage
+    prompt_text: str = ""
+    prompt_ids: list[int] = field(default_factory=list)
+    image_urls: list[str] = field(default_factory=list)
+    # media stage
+    mm_path: str | None = None  # "router" | "worker" | None (no media)
+    media_runs: list[tuple[int, int, str]] = field(default_factory=list)  # (offset, len, hash)
+    # request stage
+    wire: GenerateRequest | None = None
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.stream)
+
+    @property
+    def n(self) -> int:
+        return self.sampling.n
+
+    def routing_ids(self) -> list[int]:
+        """Token ids as the workers will see them (expanded on the router path)."""
+        assert self.wire is not None
+        return list(self.wire.tokenized.input_ids)

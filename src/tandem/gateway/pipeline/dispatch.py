@@ -1,0 +1,154 @@
+"""Stage: pick a worker and open its stream, retrying retryable failures elsewhere.
+
+A request is retried only while nothing has reached the client: a failure before
+the worker's first frame (or a refused call) moves to a freshly selected worker,
+with jittered backoff; a failure after that is reported as a stream error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from tandem.errors import TandemError, error_from_grpc, make_error
+from tandem.gateway import metrics
+from tandem.gateway.config import GatewayConfig
+from tandem.gateway.multimodal.path import filter_media_ref_capable
+from tandem.gateway.pipeline.context import RequestContext
+from tandem.gateway.workers.client import GenerateStream
+from tandem.gateway.workers.policies.base import Policy, SelectionInput
+from tandem.gateway.workers.registry import WorkerRegistry
+from tandem.gateway.workers.worker import Worker
+from tandem.wire.proto import GenerateRequest, pb
+
+log = logging.getLogger("tandem.gateway.dispatch")
+
+
+@dataclass(slots=True)
+class OpenedStream:
+    """A worker stream whose first frame has arrived; ``close`` settles the accounting."""
+
+    frames: AsyncIterator[pb.GenerateResponse]
+    close: Callable[[bool], None]
+
+
+def selection_input(ctx: RequestContext) -> SelectionInput:
+    return SelectionInput(ctx.routing_ids(), ctx.media_runs, ctx.request_id)
+
+
+def candidates(
+    registry: WorkerRegistry, ctx: RequestContext, role: str, exclude: set[str]
+) -> list[Worker]:
+    pool = [w for w in registry.available(role, ctx.model.model_id) if w.url not in exclude]
+    if ctx.image_urls and role in ("regular", "prefill"):
+        pool = [w for w in pool if w.supports_vision]
+    if ctx.mm_path == "worker":
+        pool = filter_media_ref_capable(pool, lambda w: w.accepts_media_refs, role)
+    return pool
+
+
+def pick(policy: Policy, pool: Sequence[Worker], ctx: RequestContext, role: str) -> Worker:
+    worker = policy.select(pool, selection_input(ctx)) if pool else None
+    if worker is None:
+        raise make_error(
+            "no_available_workers", f"no healthy {role} worker for model {ctx.model.model_id!r}"
+        )
+    return worker
+
+
+async def start_stream(
+    registry: WorkerRegistry,
+    worker: Worker,
+    request: GenerateRequest,
+    timeout_s: float,
+    error_code: str,
+) -> tuple[GenerateStream, pb.GenerateResponse]:
+    """Call Generate and wait for the first frame; failures come back as TandemError."""
+    stream = registry.client(worker.url).generate(request, timeout=timeout_s)
+    try:
+        first = await anext(stream)
+    except grpc.aio.AioRpcError as err:
+        raise error_from_grpc(error_code, err.code(), err.details()) from None
+    except StopAsyncIteration:
+        raise make_error(
+            error_code, f"worker {worker.url} ended the stream without output"
+        ) from None
+    return stream, first
+
+
+async def relay(
+    stream: GenerateStream, first: pb.GenerateResponse, error_code: str
+) -> AsyncIterator[pb.GenerateResponse]:
+    """Yield the stream's frames (the first one included); map mid-stream failures."""
+    yield first
+    try:
+        async for frame in stream:
+            yield frame
+    except grpc.aio.AioRpcError as err:
+        raise error_from_grpc(error_code, err.code(), err.details()) from None
+    finally:
+        await stream.aclose()
+
+
+def claim(worker: Worker, policy: Policy, ctx: RequestContext) -> Callable[[bool], None]:
+    """Count the request against ``worker``; the returned callback settles it once."""
+    worker.in_flight += 1
+    metrics.WORKER_IN_FLIGHT.labels(worker.url).set(worker.in_flight)
+    settled = False
+
+    def close(ok: bool) -> None:
+        nonlocal settled
+        if settled:
+            return
+        settled = True
+        worker.in_flight -= 1
+        metrics.WORKER_IN_FLIGHT.labels(worker.url).set(worker.in_flight)
+        if ok:
+            worker.breaker.record_success()
+        policy.on_request_complete(worker, selection_input(ctx))
+
+    return close
+
+
+async def backoff(attempt: int) -> None:
+    await asyncio.sleep(random.uniform(0.5, 1.0) * min(0.05 * 2**attempt, 1.0))
+
+
+class AggregatedDispatcher:
+    """One worker per request (``--worker-urls``)."""
+
+    def __init__(self, registry: WorkerRegistry, policy: Policy, config: GatewayConfig) -> None:
+        self.registry = registry
+        self.policy = policy
+        self.config = config
+
+    async def open(self, ctx: RequestContext) -> OpenedStream:
+        assert ctx.wire is not None
+        tried: set[str] = set()
+        attempt = 0
+        while True:
+            pool = candidates(self.registry, ctx, "regular", tried)
+            worker = pick(self.policy, pool, ctx, "worker")
+            close = claim(worker, self.policy, ctx)
+            try:
+                stream, first = await start_stream(
+                    self.registry, worker, ctx.wire, self.config.request_timeout_s, "worker_error"
+                )
+            except TandemError as err:
+                close(False)
+                if err.status >= 500:
+                    worker.breaker.record_failure()
+                if not err.retryable or attempt >= self.config.max_retries:
+                    raise
+                log.warning("request %s: %s failed (%s); retrying", ctx.request_id, worker.url, err)
+                attempt += 1
+                tried.add(worker.url)
+                metrics.RETRIES.labels(ctx.route).inc()
+                await backoff(attempt)
+                continue
+            return OpenedStream(relay(stream, first, "worker_error"), close)

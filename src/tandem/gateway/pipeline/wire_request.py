@@ -1,0 +1,39 @@
+"""Stage: the ``GenerateRequest`` the workers get, before media are attached."""
+
+from __future__ import annotations
+
+from tandem.gateway.pipeline.context import RequestContext
+from tandem.wire.proto import GenerateRequest
+
+
+def build_wire_request(ctx: RequestContext) -> GenerateRequest:
+    """Tokenized input and sampling; stop strings stay in the gateway.
+
+    The gateway applies stop strings itself (with its incremental detokenizer),
+    so the worker stream is always used when they are set: the gateway can then
+    drop the stream (which aborts the worker) as soon as every choice stopped.
+    """
+    s = ctx.sampling
+    req = GenerateRequest(request_id=ctx.request_id, stream=ctx.stream or bool(s.stop))
+    req.tokenized.original_text = ctx.prompt_text
+    req.tokenized.input_ids.extend(ctx.prompt_ids)
+    params = req.sampling_params
+    if s.temperature is not None:
+        params.temperature = s.temperature
+    params.top_p = s.top_p
+    params.top_k = s.top_k
+    params.min_p = s.min_p
+    if s.max_tokens is not None:
+        params.max_tokens = s.max_tokens
+    params.min_tokens = s.min_tokens
+    params.stop_token_ids.extend(s.stop_token_ids)
+    params.ignore_eos = s.ignore_eos
+    params.n = s.n
+    if s.seed is not None:
+        params.seed = s.seed
+    params.repetition_penalty = s.repetition_penalty
+    params.frequency_penalty = s.frequency_penalty
+    params.presence_penalty = s.presence_penalty
+    params.skip_special_tokens = s.skip_special_tokens
+    ctx.wire = req
+    return req

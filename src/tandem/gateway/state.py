@@ -1,0 +1,67 @@
+"""Everything the gateway holds while it runs: config, workers, model, dispatcher."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from tandem.gateway.config import GatewayConfig
+from tandem.gateway.model import ModelHandle
+from tandem.gateway.pipeline.dispatch import AggregatedDispatcher
+from tandem.gateway.workers.health import HealthChecker
+from tandem.gateway.workers.policies.factory import make_policy
+from tandem.gateway.workers.registry import WorkerRegistry
+
+log = logging.getLogger("tandem.gateway")
+
+
+@dataclass(slots=True)
+class GatewayState:
+    config: GatewayConfig
+    registry: WorkerRegistry = field(default_factory=WorkerRegistry)
+    model: ModelHandle | None = None
+    health: HealthChecker | None = None
+    dispatcher: AggregatedDispatcher | None = None
+    draining: bool = False
+    in_flight: int = 0
+    _model_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def start(self) -> None:
+        config = self.config
+        policy = make_policy(config.policy)
+        self.registry.on_change(lambda event, w: event == "removed" and policy.remove_worker(w.url))
+        for url in config.worker_urls:
+            await self.registry.add(url, "regular")
+        for url in config.prefill_urls:
+            await self.registry.add(url, "prefill")
+        for url in config.decode_urls:
+            await self.registry.add(url, "decode")
+        self.dispatcher = AggregatedDispatcher(self.registry, policy, config)
+        self.health = HealthChecker(self.registry, interval_s=config.health_interval_s)
+        self.health.start()
+        if config.model_path is not None or len(self.registry):
+            await self.ensure_model()
+
+    async def ensure_model(self) -> ModelHandle | None:
+        """Load tokenizer, template and processor once: from --model-path or a worker."""
+        if self.model is not None:
+            return self.model
+        async with self._model_lock:
+            if self.model is not None:
+                return self.model
+            workers = self.registry.workers()
+            model_id = self.config.served_model_name or (workers[0].model_id if workers else None)
+            if self.config.model_path is not None:
+                name = model_id or self.config.model_path.name
+                self.model = ModelHandle.from_dir(self.config.model_path, name)
+            elif workers:
+                archive = await self.registry.client(workers[0].url).get_tokenizer(timeout=30)
+                self.model = ModelHandle.from_archive(archive, model_id or workers[0].model_id)
+                log.info("loaded tokenizer and processor of %s from %s", model_id, workers[0].url)
+        return self.model
+
+    async def stop(self) -> None:
+        if self.health is not None:
+            await self.health.stop()
+        await self.registry.close()

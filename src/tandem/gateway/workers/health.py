@@ -1,0 +1,81 @@
+"""Background health checks: call ``HealthCheck`` on every worker, every few seconds.
+
+A failed or unhealthy answer marks the worker unhealthy (policies stop seeing it)
+and counts as a breaker failure; a healthy answer marks it healthy again and
+counts as a breaker success, which is how an open breaker's probe can succeed
+without risking a user request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from tandem.gateway.workers.registry import WorkerRegistry
+from tandem.gateway.workers.worker import Worker
+
+log = logging.getLogger("tandem.gateway.workers")
+
+
+class HealthChecker:
+    def __init__(
+        self, registry: WorkerRegistry, interval_s: float = 5.0, timeout_s: float = 2.0
+    ) -> None:
+        if interval_s <= 0 or timeout_s <= 0:
+            raise ValueError("interval_s and timeout_s must be positive")
+        self.registry = registry
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the periodic loop on the running event loop (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def check_once(self) -> dict[str, bool]:
+        """Check every registered worker concurrently; returns url → healthy."""
+        workers = self.registry.workers()
+        results = await asyncio.gather(*(self._check(w) for w in workers))
+        return {w.url: ok for w, ok in zip(workers, results, strict=True)}
+
+    async def _check(self, worker: Worker) -> bool:
+        try:
+            client = self.registry.client(worker.url)
+        except KeyError:
+            return False  # removed since the list was taken
+        # The client has its own deadline; wait_for is the backstop against a hung channel.
+        try:
+            ok = await asyncio.wait_for(client.health_check(self.timeout_s), self.timeout_s * 2)
+        except TimeoutError:
+            ok = False
+        if self.registry.get(worker.url) is not worker:
+            return ok  # removed (or replaced) while we waited: do not touch it
+        if ok != worker.healthy:
+            log.warning("worker %s is now %s", worker.url, "healthy" if ok else "unhealthy")
+        worker.healthy = ok
+        if ok:
+            worker.breaker.record_success()
+        else:
+            worker.breaker.record_failure()
+        return ok
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.check_once()
+            except Exception:  # keep checking; one bad round must not end the loop
+                log.exception("health check round failed")
+            await asyncio.sleep(self.interval_s)

@@ -1,0 +1,169 @@
+"""The set of workers behind the gateway: add and remove at runtime, look up, filter.
+
+``add`` connects, asks the worker what it is (``GetModelInfo`` + ``GetServerInfo``)
+and records the answer as labels. Everything runs on one asyncio loop, so no
+locks; the only interleaving to guard against is two concurrent ``add`` calls for
+the same URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Literal
+
+import grpc
+
+from tandem.gateway.workers.breaker import CircuitBreaker
+from tandem.gateway.workers.client import WorkerClient
+from tandem.gateway.workers.labels import model_id_of, worker_labels
+from tandem.gateway.workers.worker import ROLES, Worker, WorkerRole
+
+log = logging.getLogger("tandem.gateway.workers")
+
+WorkerEvent = Literal["added", "removed"]
+ChangeCallback = Callable[[WorkerEvent, Worker], None]
+
+
+class WorkerUnreachableError(ConnectionError):
+    """``add`` could not get the worker's model/server info in time."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(f"cannot register worker {url}: {reason}")
+
+
+class WorkerRegistry:
+    def __init__(
+        self,
+        *,
+        connect_timeout_s: float = 5.0,
+        removal_grace_s: float = 30.0,
+        client_factory: Callable[[str], WorkerClient] = WorkerClient,
+        breaker_factory: Callable[[], CircuitBreaker] = CircuitBreaker,
+    ) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self.removal_grace_s = removal_grace_s  # in-flight calls of a removed worker may finish
+        self._client_factory = client_factory
+        self._breaker_factory = breaker_factory
+        self._workers: dict[str, Worker] = {}
+        self._clients: dict[str, WorkerClient] = {}
+        self._pending: set[str] = set()
+        self._callbacks: list[ChangeCallback] = []
+        self._closing: set[asyncio.Task[None]] = set()
+
+    async def add(self, url: str, role: WorkerRole = "regular") -> Worker:
+        """Connect to ``url``, discover its labels, and register it as healthy."""
+        url = normalize_url(url)
+        if role not in ROLES:
+            raise ValueError(f"unknown worker role {role!r}; expected one of {', '.join(ROLES)}")
+        if url in self._workers or url in self._pending:
+            raise ValueError(f"worker {url} is already registered")
+        self._pending.add(url)
+        client = self._client_factory(url)
+        try:
+            worker = await self._discover(url, role, client)
+        except BaseException:
+            await client.close()
+            raise
+        finally:
+            self._pending.discard(url)
+        self._workers[url] = worker
+        self._clients[url] = client
+        log.info("worker %s added: role=%s model=%s", url, role, worker.model_id)
+        self._notify("added", worker)
+        return worker
+
+    def remove(self, url: str) -> bool:
+        """Forget ``url``; its channel closes in the background after a grace period."""
+        url = normalize_url(url)
+        worker = self._workers.pop(url, None)
+        if worker is None:
+            return False
+        client = self._clients.pop(url)
+        task = asyncio.get_running_loop().create_task(client.close(self.removal_grace_s))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        log.info("worker %s removed", url)
+        self._notify("removed", worker)
+        return True
+
+    def get(self, url: str) -> Worker | None:
+        return self._workers.get(normalize_url(url))
+
+    def client(self, url: str) -> WorkerClient:
+        try:
+            return self._clients[normalize_url(url)]
+        except KeyError:
+            raise KeyError(f"no registered worker {url}") from None
+
+    def workers(self, role: str | None = None, model_id: str | None = None) -> list[Worker]:
+        """Registered workers in registration order, optionally filtered."""
+        return [
+            w
+            for w in self._workers.values()
+            if (role is None or w.role == role) and (model_id is None or w.model_id == model_id)
+        ]
+
+    def available(self, role: str | None = None, model_id: str | None = None) -> list[Worker]:
+        """Like :meth:`workers`, keeping only healthy workers whose breaker lets traffic in."""
+        return [w for w in self.workers(role, model_id) if w.available]
+
+    def models(self) -> list[str]:
+        return sorted({w.model_id for w in self._workers.values()})
+
+    def on_change(self, callback: ChangeCallback) -> None:
+        """Call ``callback(event, worker)`` after each add/remove (e.g. policy cleanup)."""
+        self._callbacks.append(callback)
+
+    async def close(self) -> None:
+        clients = list(self._clients.values())
+        self._workers.clear()
+        self._clients.clear()
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def __contains__(self, url: object) -> bool:
+        return isinstance(url, str) and normalize_url(url) in self._workers
+
+    async def _discover(self, url: str, role: WorkerRole, client: WorkerClient) -> Worker:
+        try:
+            # wait_for_ready: a worker still starting up gets the whole timeout to appear.
+            model_info, server_info = await asyncio.gather(
+                client.get_model_info(timeout=self.connect_timeout_s, wait_for_ready=True),
+                client.get_server_info(timeout=self.connect_timeout_s, wait_for_ready=True),
+            )
+        except grpc.aio.AioRpcError as err:
+            raise WorkerUnreachableError(url, f"{err.code().name}: {err.details()}") from err
+        model_id = model_id_of(model_info)
+        if not model_id:
+            raise ValueError(f"worker {url} reported neither a served model name nor a path")
+        return Worker(
+            url=url,
+            role=role,
+            labels=worker_labels(model_info, server_info),
+            model_id=model_id,
+            healthy=True,
+            breaker=self._breaker_factory(),
+        )
+
+    def _notify(self, event: WorkerEvent, worker: Worker) -> None:
+        for callback in list(self._callbacks):
+            try:
+                callback(event, worker)
+            except Exception:  # one bad listener must not break registration
+                log.exception("worker %s callback failed for %s", event, worker.url)
+
+
+def normalize_url(url: str) -> str:
+    """``grpc://host:port/`` and ``host:port`` name the same worker."""
+    url = url.strip()
+    if url.startswith("grpc://"):
+        url = url[len("grpc://") :]
+    return url.rstrip("/")

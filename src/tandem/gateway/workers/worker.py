@@ -1,0 +1,62 @@
+"""One worker behind the gateway, and what its labels say it can do.
+
+Labels come from the worker's own ``GetModelInfo`` / ``GetServerInfo`` answers
+(see :mod:`.labels`); every capability check reads them here, so the rules of
+reference §7.3 live in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tandem.gateway.workers.breaker import CircuitBreaker
+
+WorkerRole = Literal["regular", "prefill", "decode"]
+ROLES: tuple[str, ...] = ("regular", "prefill", "decode")
+
+SUPPORTS_VISION_LABEL = "supports_vision"
+MM_PROCESSOR_LABEL = "mm_processor"
+MM_MEDIA_REF_SCHEMES_LABEL = "mm_media_ref_schemes"
+KV_CONNECTOR_LABEL = "kv_connector"
+
+
+@dataclass(slots=True)
+class Worker:
+    url: str  # "host:port" of the worker's gRPC server
+    role: WorkerRole
+    labels: dict[str, str]
+    model_id: str
+    healthy: bool = True
+    in_flight: int = 0  # requests the gateway has open on this worker (policies read it)
+    breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
+
+    @property
+    def supports_vision(self) -> bool:
+        # Tri-state label: absent means capable (older servicers, other runtimes).
+        return self.labels.get(SUPPORTS_VISION_LABEL) != "false"
+
+    @property
+    def language_model_only(self) -> bool:
+        """The worker said it has no vision encoder (``supports_vision="false"``)."""
+        return self.labels.get(SUPPORTS_VISION_LABEL) == "false"
+
+    @property
+    def accepts_media_refs(self) -> bool:
+        """A non-empty ``mm_processor`` is the worker's promise to take ``media_refs``."""
+        return bool(self.labels.get(MM_PROCESSOR_LABEL))
+
+    @property
+    def media_ref_schemes(self) -> frozenset[str]:
+        raw = self.labels.get(MM_MEDIA_REF_SCHEMES_LABEL, "")
+        return frozenset(s.strip().lower() for s in raw.split(",") if s.strip())
+
+    @property
+    def kv_connector(self) -> str:
+        """The KV connector name ("" when the worker has none)."""
+        return self.labels.get(KV_CONNECTOR_LABEL, "")
+
+    @property
+    def available(self) -> bool:
+        """Healthy and the breaker lets traffic through (does not claim a half-open probe)."""
+        return self.healthy and self.breaker.can_attempt()

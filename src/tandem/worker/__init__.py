@@ -1,0 +1,1 @@
+"""The embedded worker: a VllmEngine gRPC servicer over the engine, and the KV side channel."""

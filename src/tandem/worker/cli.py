@@ -1,0 +1,66 @@
+"""`tandem worker` flags → WorkerConfig."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from tandem.log import setup_logging
+from tandem.media import MediaPolicy
+from tandem.worker.config import KV_CONNECTORS, ROLES, WorkerConfig
+
+
+def add_worker_parser(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("worker", help="a vLLM-protocol gRPC worker over the embedded engine")
+    p.add_argument("--model", default="tiny-qwen3-vl", help="built-in name or checkpoint dir")
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    p.add_argument("--role", choices=ROLES, default="both")
+    p.add_argument(
+        "--language-model-only",
+        action="store_true",
+        help="load no vision tower; report supports_vision=false",
+    )
+    p.add_argument("--mm-processor", choices=("inprocess", "off"), default="inprocess")
+    p.add_argument("--allowed-local-media-path", type=Path, default=None)
+    p.add_argument("--mm-allow-private-media-hosts", action="store_true")
+    p.add_argument("--mm-allowed-media-domains", nargs="*", default=[])
+    p.add_argument("--kv-lease-secs", type=float, default=30.0)
+    p.add_argument("--kv-connector", choices=KV_CONNECTORS, default="TandemConnector")
+    p.add_argument("--prefix-cache-bytes", type=int, default=64 << 20)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(run=run_worker)
+
+
+def config_from_args(args: argparse.Namespace) -> WorkerConfig:
+    media = MediaPolicy(
+        allow_private_hosts=args.mm_allow_private_media_hosts,
+        allowed_domains=tuple(args.mm_allowed_media_domains),
+        allowed_local_path=args.allowed_local_media_path,
+    )
+    return WorkerConfig(
+        model=args.model,
+        served_model_name=args.served_model_name,
+        host=args.host,
+        port=args.port,
+        role=args.role,
+        language_model_only=args.language_model_only,
+        mm_processor=args.mm_processor == "inprocess",
+        media=media,
+        kv_lease_s=args.kv_lease_secs,
+        kv_connector=args.kv_connector,
+        prefix_cache_bytes=args.prefix_cache_bytes,
+        threads=args.threads,
+    )
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    setup_logging(args.log_level, role=f"worker:{args.role}")
+    config = config_from_args(args)
+    from tandem.worker.server import serve  # torch loads only for this command
+
+    asyncio.run(serve(config))
+    return 0

@@ -1,0 +1,55 @@
+"""The worker's configuration: one validated dataclass built from the command line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tandem.media import MediaPolicy
+
+ROLES = ("prefill", "decode", "both")
+# kv_connector values the worker may advertise. "TandemConnector" is Tandem's own
+# side channel under its own name; "NixlConnector" advertises the same protocol under
+# the name gateways that relay vLLM's NIXL params (smg) recognise.
+KV_CONNECTORS = ("TandemConnector", "NixlConnector")
+
+
+@dataclass(slots=True)
+class WorkerConfig:
+    model: str = "tiny-qwen3-vl"
+    host: str = "127.0.0.1"
+    port: int = 0
+    role: str = "both"
+    language_model_only: bool = False
+    mm_processor: bool = True  # accept media_refs and process media on this worker
+    media: MediaPolicy = field(default_factory=MediaPolicy)
+    kv_lease_s: float = 30.0
+    kv_connector: str = "TandemConnector"
+    prefix_cache_bytes: int = 64 << 20
+    block_size: int = 16
+    kv_pull_wait_s: float = 10.0  # how long a decode leg waits for a minted transfer id
+    threads: int = 1
+    served_model_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"--role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        if self.kv_connector not in KV_CONNECTORS:
+            raise ValueError(f"--kv-connector must be one of {', '.join(KV_CONNECTORS)}")
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"--port must be in 0..65535, got {self.port}")
+        if self.kv_lease_s <= 0:
+            raise ValueError("--kv-lease-secs must be positive")
+        if self.prefix_cache_bytes < 0:
+            raise ValueError("--prefix-cache-bytes must be >= 0")
+        if self.threads < 1:
+            raise ValueError("--threads must be >= 1")
+
+    @property
+    def accepts_media_refs(self) -> bool:
+        # A worker without a vision encoder must never advertise a media processor.
+        return self.mm_processor and not self.language_model_only
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or Path(self.model).name

@@ -1,0 +1,115 @@
+"""The worker's half of the prefill/decode KV handoff.
+
+Prefill leg (``do_remote_decode``): the engine keeps the prompt KV under a
+transfer id (the gateway's, when it minted one) and the Complete frame tells
+the decode worker where to pull it from.
+
+Decode leg (``do_remote_prefill``): reuse the local prefix cache, pull only the
+missing tokens (all but the last prompt position, which is recomputed) and
+release the prefill worker's lease in the same call.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from tandem.engine.block_keys import block_keys
+from tandem.engine.prefix_cache import PrefixCache
+from tandem.engine.types import KVLayers, MediaItem
+from tandem.wire.kv_params import dumps_compact
+from tandem.worker.kv_channel import KvChannelClient, concat_kv
+
+log = logging.getLogger("tandem.worker.handoff")
+
+
+@dataclass(slots=True)
+class RemoteKv:
+    """Where a decode leg's KV lives."""
+
+    address: str
+    transfer_id: str
+    minted: bool  # the gateway minted the id: the prefill may still be running
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> RemoteKv:
+        host, port = params.get("remote_host"), params.get("remote_port")
+        bootstrap = params.get("remote_bootstrap_addr")
+        if (not host or not port) and isinstance(bootstrap, str):
+            # Mooncake-style params name the prefill worker as "http://host:port".
+            host, _, port_text = bootstrap.removeprefix("http://").rpartition(":")
+            port = int(port_text) if port_text.isdigit() else None
+        transfer_id = params.get("transfer_id")
+        if not host or not isinstance(port, int) or not 0 < port < 65536:
+            raise ValueError("do_remote_prefill needs remote_host and remote_port (1..65535)")
+        if not isinstance(transfer_id, str) or not transfer_id:
+            raise ValueError("do_remote_prefill needs a transfer_id")
+        # Params relayed from a prefill answer carry num_tokens: that KV already exists.
+        # Without it the gateway minted the id and the prefill may still be running.
+        return cls(f"{host}:{port}", transfer_id, "num_tokens" not in params)
+
+
+def wants_export(params: dict[str, Any] | None) -> bool:
+    return bool(params and params.get("do_remote_decode"))
+
+
+def wants_import(params: dict[str, Any] | None) -> bool:
+    return bool(params and params.get("do_remote_prefill"))
+
+
+def export_transfer_id(params: dict[str, Any], request_id: str) -> str:
+    minted = params.get("transfer_id")
+    return minted if isinstance(minted, str) and minted else f"{request_id}-{uuid.uuid4().hex}"
+
+
+def export_params(transfer_id: str, host: str, port: int, engine_id: str, num_tokens: int) -> str:
+    """The JSON a prefill leg answers with; the gateway relays it verbatim to decode."""
+    return dumps_compact(
+        {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "transfer_id": transfer_id,
+            "remote_host": host,
+            "remote_port": port,
+            "remote_engine_id": engine_id,
+            "num_tokens": num_tokens,
+        }
+    )
+
+
+async def import_kv(
+    client: KvChannelClient,
+    cache: PrefixCache,
+    remote: RemoteKv,
+    prompt: list[int],
+    items: list[MediaItem],
+    salt: str | None,
+    wait_s: float,
+) -> tuple[KVLayers, int]:
+    """KV of ``prompt[:-1]``: local prefix-cache blocks plus what is pulled; and the hits."""
+    need = len(prompt) - 1
+    keys = block_keys(prompt, items, salt, cache.block_size)
+    n_blocks, local = cache.match(keys[: need // cache.block_size])
+    have = n_blocks * cache.block_size
+    pulled = await client.pull(
+        remote.address,
+        remote.transfer_id,
+        prompt,
+        have,
+        need,
+        release=True,
+        wait_s=wait_s if remote.minted else 0.0,
+    )
+    parts = [local] if n_blocks else []
+    parts.append(pulled)
+    return concat_kv(parts, client.shape), have
+
+
+async def release_quietly(client: KvChannelClient, remote: RemoteKv) -> None:
+    """Tell the prefill worker to drop the KV now; a failure here only costs the lease."""
+    try:
+        await client.release(remote.address, remote.transfer_id)
+    except Exception as exc:
+        log.info("could not release transfer %s at %s: %s", remote.transfer_id, remote.address, exc)

@@ -1,0 +1,113 @@
+"""What a worker says about itself: model info, server info, loads, tokenizer files.
+
+Capabilities are advertised honestly: a language-model-only worker reports
+``supports_vision=false`` and no media processor, so gateways never send it
+pixels or media refs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+import zipfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+from tandem import __version__
+from tandem.models.info import ModelInfo
+from tandem.wire.proto import common, pb
+from tandem.worker.config import WorkerConfig
+
+# Files a gateway needs to tokenize, render chat and preprocess images like the worker.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+    "config.json",
+    "generation_config.json",
+)
+TOKENIZER_CHUNK = 1 << 20
+KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
+
+
+def model_info(config: WorkerConfig, info: ModelInfo) -> pb.GetModelInfoResponse:
+    architectures = json.loads((info.model_dir / "config.json").read_text()).get(
+        "architectures", []
+    )
+    return pb.GetModelInfoResponse(
+        model_path=str(info.model_dir),
+        is_generation=True,
+        max_context_length=info.max_context,
+        vocab_size=info.vocab_size,
+        supports_vision=not config.language_model_only,
+        served_model_name=config.model_name,
+        tokenizer_path=str(info.model_dir),
+        model_type=info.model_type,
+        architectures=architectures,
+        eos_token_ids=list(info.eos_token_ids),
+        max_req_input_len=info.max_context - 1,
+    )
+
+
+def server_info(
+    config: WorkerConfig, engine_id: str, started: float, active: int
+) -> pb.GetServerInfoResponse:
+    refs = config.accepts_media_refs
+    return pb.GetServerInfoResponse(
+        active_requests=active,
+        uptime_seconds=time.monotonic() - started,
+        server_type="vllm-grpc",
+        kv_connector=config.kv_connector,
+        kv_role=KV_ROLES[config.role],
+        kv_engine_id=engine_id,
+        data_parallel_size=1,
+        shm_namespace_id="",  # tensors travel inline; no shared-memory payloads are read
+        kv_cache_dtype="float32",
+        block_size=config.block_size,
+        model_dtype="float32",
+        mm_processor="inprocess" if refs else "",
+        mm_media_ref_schemes=config.media.schemes_label() if refs else "",
+        mm_processor_source="flag" if refs else "",
+        mm_device_do_normalize=False,
+        multimodal_encoder_dtype="" if config.language_model_only else "float32",
+    )
+
+
+def loads(running: int, waiting: int) -> pb.GetLoadsResponse:
+    load = pb.SchedulerLoad(
+        dp_rank=0,
+        num_running_reqs=running,
+        num_waiting_reqs=waiting,
+        num_total_reqs=running + waiting,
+    )
+    return pb.GetLoadsResponse(
+        timestamp=datetime.now(UTC).isoformat(),
+        version=f"tandem-{__version__}",
+        dp_rank_count=1,
+        loads=[load],
+    )
+
+
+def tokenizer_archive(info: ModelInfo) -> bytes:
+    """The tokenizer, chat template and processor files as one zip."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name in TOKENIZER_FILES:
+            path = info.model_dir / name
+            if path.is_file():
+                archive.write(path, arcname=name)
+    return buffer.getvalue()
+
+
+def tokenizer_chunks(archive: bytes) -> Iterator[common.GetTokenizerChunk]:
+    digest = hashlib.sha256(archive).hexdigest()
+    chunks = [archive[i : i + TOKENIZER_CHUNK] for i in range(0, len(archive), TOKENIZER_CHUNK)]
+    for index, chunk in enumerate(chunks or [b""]):
+        last = index == len(chunks) - 1 or not chunks
+        yield common.GetTokenizerChunk(data=chunk, sha256=digest if last else "")

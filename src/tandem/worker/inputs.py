@@ -1,0 +1,140 @@
+"""From a wire ``GenerateRequest`` to the engine's inputs, refusing what cannot be served.
+
+Every refusal is a ``ValueError`` with a message a person can act on; the
+servicer turns it into INVALID_ARGUMENT.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tandem.engine.block_keys import hash_salt
+from tandem.engine.sampling import SamplingConfig
+from tandem.engine.types import MediaInputs, MediaItem
+from tandem.media import media_hash
+from tandem.wire.proto import GenerateRequest, Modality, MultimodalInputs, pb
+from tandem.wire.requests import mm_batches
+from tandem.wire.tensors import TensorCodecError, decode_tensor
+
+LMO_REASON = (
+    "this worker runs the language model only (--language-model-only) and has no vision encoder"
+)
+PIXEL_LESS_WITHOUT_KV = (
+    "multimodal payload carries no pixel_values and no kv_transfer_params; "
+    "a pixel-less leg requires remote KV"
+)
+
+
+@dataclass(slots=True)
+class WireMedia:
+    """The preprocessed media of a request as the engine takes them."""
+
+    media: MediaInputs | None  # None for a hashes-only leg
+    cache_salt: str | None
+    has_pixels: bool
+
+
+def prompt_ids(request: GenerateRequest) -> list[int]:
+    if request.WhichOneof("input") != "tokenized":
+        raise ValueError("this worker needs tokenized input (GenerateRequest.tokenized)")
+    ids = list(request.tokenized.input_ids)
+    if not ids:
+        raise ValueError("tokenized.input_ids is empty")
+    return ids
+
+
+def sampling_config(
+    params: pb.SamplingParams, prompt_len: int, max_context: int, vocab_size: int
+) -> SamplingConfig:
+    """Wire sampling parameters with vLLM's reading of unset and zero values."""
+    room = max_context - prompt_len
+    if room < 1:
+        raise ValueError(
+            f"prompt of {prompt_len} tokens leaves no room in the context of {max_context}"
+        )
+    max_tokens = params.max_tokens if params.HasField("max_tokens") else room
+    if max_tokens < 1:
+        raise ValueError("max_tokens must be at least 1")
+    bad = [t for t in params.stop_token_ids if t >= vocab_size]
+    if bad:
+        raise ValueError(f"stop_token_ids {bad} are outside the vocabulary of {vocab_size}")
+    for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
+        value = getattr(params, name)
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number")
+    return SamplingConfig(
+        max_tokens=min(max_tokens, room),
+        temperature=params.temperature if params.HasField("temperature") else 1.0,
+        top_p=params.top_p or 1.0,
+        top_k=params.top_k if params.top_k > 0 else 0,
+        min_p=params.min_p,
+        min_tokens=min(params.min_tokens, max_tokens),
+        stop_token_ids=tuple(params.stop_token_ids),
+        ignore_eos=params.ignore_eos,
+        seed=params.seed if params.HasField("seed") else None,
+        repetition_penalty=params.repetition_penalty or 1.0,
+    )
+
+
+def _image_batch(request: GenerateRequest) -> MultimodalInputs | None:
+    batches = mm_batches(request)
+    if not batches:
+        return None
+    for batch in batches:
+        if batch.modality not in (Modality.MODALITY_UNSPECIFIED, Modality.IMAGE):
+            name = Modality.Name(batch.modality)
+            raise ValueError(f"{name} inputs are not supported by this worker; only images are")
+    if len(batches) > 1:
+        raise ValueError("expected one image batch, got several")
+    return batches[0]
+
+
+def _decode(batch: MultimodalInputs) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+    key = batch.encoder_input_key if batch.HasField("encoder_input_key") else "pixel_values"
+    if key != "pixel_values":
+        raise ValueError(f"encoder_input_key {key!r} is not used by this model")
+    try:
+        pixels = decode_tensor(batch.pixel_values) if batch.HasField("pixel_values") else None
+        grids = {k: decode_tensor(t) for k, t in batch.model_specific_tensors.items()}
+    except TensorCodecError as exc:
+        raise ValueError(str(exc)) from None
+    return pixels, grids
+
+
+def wire_media(
+    request: GenerateRequest, ids: list[int], *, has_kv: bool, supports_vision: bool
+) -> WireMedia:
+    """Read the request's preprocessed media (pixels, identity, or hashes only)."""
+    batch = _image_batch(request)
+    if batch is None:
+        return WireMedia(None, None, False)
+    pixels, grids = _decode(batch)
+    hashes = list(batch.mm_hashes)
+    placeholders = [(p.offset, p.length) for p in batch.mm_placeholders]
+    if (pixels is not None or grids) and not supports_vision:
+        raise ValueError(f"{LMO_REASON}: it cannot take pixel_values or grid tensors")
+    if pixels is None and not has_kv:
+        raise ValueError(PIXEL_LESS_WITHOUT_KV)
+    for offset, length in placeholders:
+        if length < 1 or offset + length > len(ids):
+            raise ValueError(
+                f"placeholder range ({offset}, {length}) lies outside the {len(ids)} prompt ids"
+            )
+    if pixels is None and not grids and not placeholders:
+        # Hashes only: the engine sees text ids; the hashes salt its prefix cache.
+        return WireMedia(None, hash_salt(hashes), False)
+    if not hashes and pixels is not None:
+        # A client that sends no hashes still gets image-keyed caching.
+        hashes = [f"{media_hash(pixels.tobytes())}-{i}" for i in range(len(placeholders))]
+    if len(hashes) != len(placeholders):
+        raise ValueError(
+            f"{len(hashes)} mm_hashes for {len(placeholders)} mm_placeholders; "
+            "give one of each per image"
+        )
+    items = [MediaItem(h, off, n) for h, (off, n) in zip(hashes, placeholders, strict=True)]
+    image_token = batch.im_token_id if batch.HasField("im_token_id") else None
+    media = MediaInputs(items=items, im_token_id=image_token, pixel_values=pixels, grids=grids)
+    return WireMedia(media, None, pixels is not None)

@@ -1,0 +1,101 @@
+"""Worker-side media (the ``media_refs`` path): fetch, decode, preprocess, expand — once.
+
+The worker applies the same media policy as the gateway's router path (one
+``MediaPolicy``, one SSRF guard), and produces the same tensors because both
+use :mod:`tandem.models`' processor. After a prefill leg it also describes the
+result as a pixel-free ``MediaIdentity`` so the decode leg need not redo it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import numpy as np
+
+from tandem.engine.types import MediaInputs, MediaItem
+from tandem.media import MediaPolicy, check_scheme, decode_image, fetch_all, media_hash
+from tandem.models.info import ModelInfo
+from tandem.models.placeholders import expand_placeholders
+from tandem.models.processor import ImageProcessor
+from tandem.wire.proto import MediaIdentity, Modality, pb
+from tandem.wire.tensors import encode_tensor
+
+
+@dataclass(slots=True)
+class ProcessedMedia:
+    prompt_ids: list[int]  # expanded
+    media: MediaInputs
+
+
+class MediaRefsProcessor:
+    def __init__(self, info: ModelInfo, processor: ImageProcessor, policy: MediaPolicy) -> None:
+        self.info = info
+        self.processor = processor
+        self.policy = policy
+        self.items_processed = 0  # counted for the worker's stats: the "once" of behaviour B
+
+    def check(self, refs: pb.MediaRefs) -> list[str]:
+        """Validate the refs before anything is fetched (ValueError on a bad one)."""
+        if not refs.items:
+            raise ValueError("media_refs has no items")
+        urls = []
+        for index, item in enumerate(refs.items):
+            if item.modality not in (Modality.IMAGE, Modality.MODALITY_UNSPECIFIED):
+                name = Modality.Name(item.modality)
+                raise ValueError(f"media_refs item {index} is {name}; this worker takes images")
+            if not item.url:
+                raise ValueError(f"media_refs item {index} has an empty url")
+            check_scheme(item.url, self.policy)
+            urls.append(item.url)
+        return urls
+
+    async def process(self, refs: pb.MediaRefs, input_ids: list[int]) -> ProcessedMedia:
+        urls = self.check(refs)
+        fetched = await fetch_all(urls, self.policy)
+        # Decoding and preprocessing are CPU-bound: keep them off the event loop.
+        pre = await asyncio.to_thread(self._decode_and_preprocess, [f.data for f in fetched])
+        ids, ranges = expand_placeholders(
+            input_ids, self.info.anchor_token_id, pre.tokens_per_image, self.info.image_token_id
+        )
+        self.items_processed += len(fetched)
+        items = [
+            MediaItem(media_hash(f.data), offset, length)
+            for f, (offset, length) in zip(fetched, ranges, strict=True)
+        ]
+        media = MediaInputs(
+            items=items,
+            im_token_id=self.info.image_token_id,
+            pixel_values=pre.pixel_values,
+            grids=dict(pre.grids),
+        )
+        return ProcessedMedia(ids, media)
+
+    def _decode_and_preprocess(self, blobs: list[bytes]):
+        images = [decode_image(blob, self.policy) for blob in blobs]
+        return self.processor.preprocess(images)
+
+
+def build_media_identity(processed: ProcessedMedia, grid_keys: tuple[str, ...]) -> MediaIdentity:
+    """The pixel-free description of processed media that a decode leg can be built from."""
+    identity = MediaIdentity(prompt_token_ids=processed.prompt_ids)
+    batch = identity.mm_inputs
+    batch.modality = Modality.IMAGE
+    media = processed.media
+    batch.mm_hashes.extend(item.mm_hash for item in media.items)
+    for item in media.items:
+        batch.mm_placeholders.add(offset=item.offset, length=item.length)
+    if media.im_token_id is not None:
+        batch.im_token_id = media.im_token_id
+    for key in grid_keys:
+        grid = media.grids.get(key)
+        if grid is None:
+            continue
+        grid = np.asarray(grid)
+        if grid.shape[0] != len(media.items):
+            # Positions could not be rebuilt per item; the decode side must reprocess.
+            raise ValueError(f"grid tensor {key} is not one row per item")
+        batch.model_specific_tensors[key].CopyFrom(encode_tensor(grid))
+        batch.batched_keys.append(key)
+        batch.keep_on_cpu_keys.append(key)
+    return identity

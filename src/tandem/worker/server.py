@@ -1,0 +1,102 @@
+"""Start a worker: resolve the model, build the engine, serve gRPC until told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import grpc
+import torch
+
+from tandem.engine.builtin import resolve_model
+from tandem.engine.core import Engine
+from tandem.engine.kv_store import KvStore
+from tandem.engine.prefix_cache import PrefixCache
+from tandem.engine.runner import ModelRunner
+from tandem.models.info import load_model_info
+from tandem.models.processor import load_processor
+from tandem.wire.proto import pb_grpc
+from tandem.worker.config import WorkerConfig
+from tandem.worker.kv_channel import KvChannelClient, KvChannelServer
+from tandem.worker.media_refs import MediaRefsProcessor
+from tandem.worker.servicer import WorkerServicer
+
+log = logging.getLogger("tandem.worker")
+
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", 256 << 20),
+    ("grpc.max_send_message_length", 256 << 20),
+    ("grpc.so_reuseport", 0),
+]
+
+
+class WorkerServer:
+    """One worker process: the VllmEngine service and the KV side channel on one port."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        torch.set_num_threads(config.threads)
+        model_dir = resolve_model(config.model)
+        self.info = load_model_info(model_dir, config.model)
+        self.runner = ModelRunner.load(model_dir, config.language_model_only, config.model)
+        shape = self.runner.shape
+        self.engine = Engine(
+            self.runner,
+            PrefixCache(shape, config.prefix_cache_bytes, config.block_size),
+            KvStore(shape, config.kv_lease_s, block_size=config.block_size),
+            config.block_size,
+        )
+        refs = None
+        if config.accepts_media_refs:
+            refs = MediaRefsProcessor(self.info, load_processor(model_dir), config.media)
+        self.kv_client = KvChannelClient(shape)
+        self.server = grpc.aio.server(options=GRPC_OPTIONS)
+        self.port = self.server.add_insecure_port(f"{config.host}:{config.port}")
+        self.servicer = WorkerServicer(
+            config, self.info, self.engine, refs, self.kv_client, (config.host, self.port)
+        )
+        pb_grpc.add_VllmEngineServicer_to_server(self.servicer, self.server)
+        channel = KvChannelServer(self.engine.kv_store, shape, self.servicer.stats)
+        self.server.add_generic_rpc_handlers((channel.handler(),))
+        self._expiry: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self.engine.start()
+        await self.server.start()
+        self._expiry = asyncio.create_task(self._expire_leases())
+        log.info(
+            "tandem worker ready on %s:%d (model=%s, role=%s, supports_vision=%s, mm_processor=%s)",
+            self.config.host,
+            self.port,
+            self.config.model_name,
+            self.config.role,
+            not self.config.language_model_only,
+            "inprocess" if self.config.accepts_media_refs else "off",
+        )
+
+    async def _expire_leases(self) -> None:
+        # Leases also expire lazily on access; this keeps an idle worker's count honest.
+        while True:
+            await asyncio.sleep(1.0)
+            self.engine.kv_store.expire()
+
+    async def stop(self, grace_s: float = 2.0) -> None:
+        if self._expiry:
+            self._expiry.cancel()
+        await self.server.stop(grace_s)
+        await self.kv_client.close()
+        self.engine.stop()
+
+
+async def serve(config: WorkerConfig) -> None:
+    server = WorkerServer(config)
+    await server.start()
+    print(f"TANDEM_WORKER_READY {config.host}:{server.port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("worker shutting down")
+    await server.stop()

@@ -1,0 +1,152 @@
+"""Generation of the built-in checkpoints: files, caching, atomicity, resolution."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from tandem.engine import builtin
+from tandem.engine.builtin import (
+    BUILTIN_MODELS,
+    MARKER_FILE,
+    UnknownModelError,
+    builtin_dir,
+    generate_builtin,
+    resolve_model,
+)
+from tandem.engine.builtin_specs import BUILTIN_SPECS
+
+EXPECTED_FILES = {
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "preprocessor_config.json",
+    "special_tokens_map.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    MARKER_FILE,
+}
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_names_are_stable() -> None:
+    assert BUILTIN_MODELS == ("tiny-qwen3-vl", "tiny-llava-1.5")
+
+
+@pytest.mark.parametrize("name", BUILTIN_MODELS)
+def test_checkpoint_files(name: str, builtin_dirs: dict[str, Path]) -> None:
+    directory = builtin_dirs[name]
+    assert {p.name for p in directory.iterdir()} >= EXPECTED_FILES
+    assert directory.name.startswith(f"{name}-")
+    assert BUILTIN_SPECS[name].content_key() in directory.name
+    assert not [p for p in directory.parent.iterdir() if ".tmp-" in p.name]
+
+
+def test_reuse_does_not_regenerate(
+    builtin_dirs: dict[str, Path], builtin_cache: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    directory = builtin_dirs["tiny-llava-1.5"]
+    stamp = (directory / "model.safetensors").stat().st_mtime_ns
+    assert generate_builtin("tiny-llava-1.5", builtin_cache) == directory
+    assert resolve_model("tiny-llava-1.5") == directory  # TANDEM_CACHE_DIR is the session cache
+    assert (directory / "model.safetensors").stat().st_mtime_ns == stamp
+    assert "generating" not in capfd.readouterr().err
+
+
+def test_generation_prints_one_line_and_is_deterministic(
+    builtin_dirs: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    directory = generate_builtin("tiny-qwen3-vl", tmp_path)
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("tandem: generating built-in model tiny-qwen3-vl in ")
+    reference = builtin_dirs["tiny-qwen3-vl"]
+    for file in sorted(EXPECTED_FILES):
+        assert _digest(directory / file) == _digest(reference / file), file
+
+
+def test_weightless_variant_is_torch_free_and_identical(
+    builtin_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    light = generate_builtin("tiny-llava-1.5", tmp_path, weights=False)
+    assert light == builtin_dir("tiny-llava-1.5", tmp_path, weights=False)
+    assert not (light / "model.safetensors").exists()
+    full = builtin_dirs["tiny-llava-1.5"]
+    for file in sorted(EXPECTED_FILES - {"model.safetensors", MARKER_FILE}):
+        assert _digest(light / file) == _digest(full / file), file
+    # An existing full checkpoint is preferred over making a weightless one.
+    assert resolve_model("tiny-llava-1.5", weights=False) == full
+
+
+def test_changed_spec_gets_a_new_directory(
+    builtin_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = builtin_dir("tiny-qwen3-vl", builtin_cache)
+    monkeypatch.setattr("tandem.engine.builtin_specs.GENERATOR_VERSION", 10**6)
+    assert builtin_dir("tiny-qwen3-vl", builtin_cache) != before
+
+
+def test_failed_generation_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*args: object) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(builtin, "write_tokenizer_files", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        generate_builtin("tiny-llava-1.5", tmp_path, weights=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_concurrent_generation_yields_one_directory(tmp_path: Path) -> None:
+    results: list[Path] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            results.append(generate_builtin("tiny-qwen3-vl", tmp_path, weights=False))
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(set(results)) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [results[0].name]
+    assert (results[0] / MARKER_FILE).exists()
+
+
+def test_resolve_local_directory(builtin_dirs: dict[str, Path]) -> None:
+    directory = builtin_dirs["tiny-qwen3-vl"]
+    assert resolve_model(str(directory)) == directory.resolve()
+
+
+def test_resolve_unknown(tmp_path: Path) -> None:
+    with pytest.raises(UnknownModelError, match="neither a built-in"):
+        resolve_model("no-such-model")
+    with pytest.raises(UnknownModelError):
+        resolve_model(str(tmp_path))  # a directory without config.json
+    with pytest.raises(UnknownModelError, match="unknown built-in"):
+        generate_builtin("tiny-gpt", tmp_path)
+
+
+def test_default_cache_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TANDEM_CACHE_DIR", str(tmp_path))
+    assert builtin.default_cache_root() == tmp_path
+    monkeypatch.delenv("TANDEM_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert builtin.default_cache_root() == tmp_path / ".cache" / "tandem" / "models"
+
+
+def test_cache_is_readable_by_others(builtin_dirs: dict[str, Path]) -> None:
+    directory = builtin_dirs["tiny-qwen3-vl"]
+    assert os.stat(directory).st_mode & 0o755 == 0o755
+    assert os.stat(directory / "model.safetensors").st_mode & 0o644 == 0o644
