@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 READY = re.compile(r"TANDEM_(WORKER|GATEWAY)_READY (\S+)")
+LIVE: list[Proc] = []  # every process started, so a failing test can show their logs
 
 
 @dataclass
@@ -64,6 +65,7 @@ def start(args: list[str], env: dict[str, str] | None = None) -> tuple[Proc, thr
         env=full_env,
     )
     proc = Proc(args, popen)
+    LIVE.append(proc)
     ready = threading.Event()
     threading.Thread(target=_pump, args=(proc, ready), daemon=True).start()
     return proc, ready
