@@ -73,6 +73,9 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
 
 def run_gateway(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, role="gateway")
+    from tandem.gateway.torchless import block_torch
+
+    block_torch()
     from tandem.gateway.server import serve
 
     asyncio.run(serve(config_from_args(args), args.log_level))

@@ -76,3 +76,40 @@ MEDIA_PREPROCESS_SECONDS = Histogram(
     buckets=_LATENCY_BUCKETS,
     registry=REGISTRY,
 )
+
+# --- prefill/decode ---------------------------------------------------------------------
+PD_PREFILL_SECONDS = Histogram(
+    "tandem_pd_prefill_duration_seconds",
+    "Prefill leg: sent → drained (sequential dispatch)",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+PD_KV_TRANSFER_SECONDS = Histogram(
+    "tandem_pd_kv_transfer_duration_seconds",
+    "Prefill drained → decode leg's first frame (the KV pull happens in between)",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+PD_TTFT_SECONDS = Histogram(
+    "tandem_pd_ttft_seconds",
+    "Prefill sent → first decode frame",
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+PD_KV_MODE = Counter(
+    "tandem_pd_kv_connector_mode_total",
+    "PD requests by KV handoff mode (mooncake, nixl, tandem, passthrough)",
+    ["mode"],
+    registry=REGISTRY,
+)
+PD_KV_TRANSFER_FAILURES = Counter(
+    "tandem_pd_kv_transfer_failures_total",
+    "Prefill legs that were asked for KV params and returned none",
+    registry=REGISTRY,
+)
+WORKER_ERRORS = Counter(
+    "tandem_worker_errors_total",
+    "Legs that failed to start or failed mid-stream",
+    ["worker_type"],
+    registry=REGISTRY,
+)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.model import ModelHandle
+from tandem.gateway.pd.dispatcher import PDDispatcher
 from tandem.gateway.pipeline.dispatch import AggregatedDispatcher
 from tandem.gateway.workers.health import HealthChecker
 from tandem.gateway.workers.policies.factory import make_policy
@@ -22,7 +23,7 @@ class GatewayState:
     registry: WorkerRegistry = field(default_factory=WorkerRegistry)
     model: ModelHandle | None = None
     health: HealthChecker | None = None
-    dispatcher: AggregatedDispatcher | None = None
+    dispatcher: AggregatedDispatcher | PDDispatcher | None = None
     draining: bool = False
     in_flight: int = 0
     _model_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -30,14 +31,25 @@ class GatewayState:
     async def start(self) -> None:
         config = self.config
         policy = make_policy(config.policy)
-        self.registry.on_change(lambda event, w: event == "removed" and policy.remove_worker(w.url))
+        prefill_policy = make_policy(config.prefill_policy or config.policy)
+        decode_policy = make_policy(config.decode_policy or config.policy)
+
+        def forget(event: str, worker) -> None:
+            if event == "removed":
+                for known in (policy, prefill_policy, decode_policy):
+                    known.remove_worker(worker.url)
+
+        self.registry.on_change(forget)
         for url in config.worker_urls:
             await self.registry.add(url, "regular")
         for url in config.prefill_urls:
             await self.registry.add(url, "prefill")
         for url in config.decode_urls:
             await self.registry.add(url, "decode")
-        self.dispatcher = AggregatedDispatcher(self.registry, policy, config)
+        if config.pd_disaggregation:
+            self.dispatcher = PDDispatcher(self.registry, prefill_policy, decode_policy, config)
+        else:
+            self.dispatcher = AggregatedDispatcher(self.registry, policy, config)
         self.health = HealthChecker(self.registry, interval_s=config.health_interval_s)
         self.health.start()
         if config.model_path is not None or len(self.registry):

@@ -19,6 +19,7 @@ from tandem.errors import TandemError, error_from_grpc, make_error
 from tandem.gateway import metrics
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.multimodal.path import filter_media_ref_capable
+from tandem.gateway.pd.leg_bytes import record_leg
 from tandem.gateway.pipeline.context import RequestContext
 from tandem.gateway.workers.client import GenerateStream
 from tandem.gateway.workers.policies.base import Policy, SelectionInput
@@ -129,6 +130,7 @@ class AggregatedDispatcher:
 
     async def open(self, ctx: RequestContext) -> OpenedStream:
         assert ctx.wire is not None
+        record_leg("aggregated", ctx.wire)
         tried: set[str] = set()
         attempt = 0
         while True:

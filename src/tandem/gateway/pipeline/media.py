@@ -20,6 +20,7 @@ from tandem.gateway.multimodal.plan import plan_images
 from tandem.gateway.multimodal.process import process_images
 from tandem.gateway.pipeline.context import RequestContext
 from tandem.gateway.workers.worker import Worker
+from tandem.media import media_hash
 
 log = logging.getLogger("tandem.gateway.media")
 
@@ -54,9 +55,16 @@ async def prepare_media(
     wire = ctx.wire
     assert wire is not None
     if decision.path == "worker":
-        wire.media_refs.CopyFrom(
-            await build_media_refs(plan, ctx.prompt_ids, model.info, config.media)
-        )
+        refs = await build_media_refs(plan, ctx.prompt_ids, model.info, config.media)
+        wire.media_refs.CopyFrom(refs)
+        # Routing sees one anchor per image here; key each by its URL so that the
+        # cache-aware policy never counts two different images as a shared prefix.
+        anchor = model.info.anchor_token_id
+        anchors = [i for i, token in enumerate(ctx.prompt_ids) if token == anchor]
+        ctx.media_runs = [
+            (pos, 1, "url:" + media_hash(url.encode()))
+            for pos, url in zip(anchors, plan.image_urls, strict=True)
+        ]
         return
     processed = await process_images(plan, model.info, model.processor, config.media)
     metrics.MEDIA_FETCH_SECONDS.observe(processed.timings.fetch_s + processed.timings.decode_s)

@@ -20,13 +20,23 @@ log = logging.getLogger("tandem.gateway.workers")
 
 class HealthChecker:
     def __init__(
-        self, registry: WorkerRegistry, interval_s: float = 5.0, timeout_s: float = 2.0
+        self,
+        registry: WorkerRegistry,
+        interval_s: float = 5.0,
+        timeout_s: float = 2.0,
+        unhealthy_after: int = 2,
     ) -> None:
         if interval_s <= 0 or timeout_s <= 0:
             raise ValueError("interval_s and timeout_s must be positive")
+        if unhealthy_after < 1:
+            raise ValueError("unhealthy_after must be >= 1")
         self.registry = registry
         self.interval_s = interval_s
         self.timeout_s = timeout_s
+        # One slow answer on a loaded machine is not an outage: a worker leaves the pool
+        # after this many failed checks in a row, and comes back on the first good one.
+        self.unhealthy_after = unhealthy_after
+        self._failures: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -63,9 +73,12 @@ class HealthChecker:
             ok = False
         if self.registry.get(worker.url) is not worker:
             return ok  # removed (or replaced) while we waited: do not touch it
-        if ok != worker.healthy:
-            log.warning("worker %s is now %s", worker.url, "healthy" if ok else "unhealthy")
-        worker.healthy = ok
+        failures = 0 if ok else self._failures.get(worker.url, 0) + 1
+        self._failures[worker.url] = failures
+        healthy = ok or (worker.healthy and failures < self.unhealthy_after)
+        if healthy != worker.healthy:
+            log.warning("worker %s is now %s", worker.url, "healthy" if healthy else "unhealthy")
+        worker.healthy = healthy
         if ok:
             worker.breaker.record_success()
         else:

@@ -48,7 +48,7 @@ async def test_unhealthy_answer_and_recovery(
     registry: WorkerRegistry, fake_worker: FakeEngineWorker
 ) -> None:
     worker = await registry.add(fake_worker.url)
-    checker = HealthChecker(registry, interval_s=1.0, timeout_s=0.5)
+    checker = HealthChecker(registry, interval_s=1.0, timeout_s=0.5, unhealthy_after=1)
     assert await checker.check_once() == {worker.url: True}
     fake_worker.state.healthy = False
     assert await checker.check_once() == {worker.url: False}
@@ -57,6 +57,21 @@ async def test_unhealthy_answer_and_recovery(
     fake_worker.state.healthy = True
     assert await checker.check_once() == {worker.url: True}
     assert worker.available and worker.breaker.consecutive_failures == 0
+
+
+async def test_one_failed_check_is_not_an_outage(
+    registry: WorkerRegistry, fake_worker: FakeEngineWorker
+) -> None:
+    worker = await registry.add(fake_worker.url)
+    checker = HealthChecker(registry, interval_s=1.0, timeout_s=0.5, unhealthy_after=2)
+    fake_worker.state.healthy = False
+    assert await checker.check_once() == {worker.url: False}
+    assert worker.healthy  # one failure: still in the pool
+    assert await checker.check_once() == {worker.url: False}
+    assert not worker.healthy  # two in a row: out
+    fake_worker.state.healthy = True
+    assert await checker.check_once() == {worker.url: True}
+    assert worker.healthy  # the first good answer brings it back
 
 
 async def test_server_stops_and_comes_back_on_same_port(

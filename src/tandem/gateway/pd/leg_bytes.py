@@ -1,0 +1,36 @@
+"""Measure what each leg carries: pixel bytes versus other tensor bytes.
+
+Read from the tensors' shapes and dtypes, so measuring never copies a payload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tandem.gateway import metrics
+from tandem.wire.proto import GenerateRequest
+from tandem.wire.requests import mm_batches
+from tandem.wire.tensors import tensor_nbytes
+
+
+@dataclass(frozen=True, slots=True)
+class LegBytes:
+    pixel: int
+    other: int
+
+
+def leg_bytes(request: GenerateRequest) -> LegBytes:
+    pixel = other = 0
+    for batch in mm_batches(request):
+        if batch.HasField("pixel_values"):
+            pixel += tensor_nbytes(batch.pixel_values)
+        other += sum(tensor_nbytes(t) for t in batch.model_specific_tensors.values())
+    return LegBytes(pixel, other)
+
+
+def record_leg(leg: str, request: GenerateRequest) -> LegBytes:
+    """Count the leg's tensor bytes in ``tandem_mm_tensor_bytes_total{leg, kind}``."""
+    sizes = leg_bytes(request)
+    metrics.MM_TENSOR_BYTES.labels(leg, "pixel").inc(sizes.pixel)
+    metrics.MM_TENSOR_BYTES.labels(leg, "other").inc(sizes.other)
+    return sizes

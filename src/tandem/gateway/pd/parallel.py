@@ -1,0 +1,116 @@
+"""Parallel PD dispatch: both legs at once, meeting at a gateway-minted transfer id.
+
+Only for prefill workers that keep KV under a transfer id the gateway chose
+(Tandem's own worker); the decode worker waits, bounded, for that KV. When
+either leg fails to start, the error returns at once and the other is dropped,
+which aborts it on its worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+from tandem.errors import TandemError
+from tandem.gateway import metrics
+from tandem.gateway.pd.connector import handoff, kv_mode_for_worker, mint_transfer_id, prefill_tag
+from tandem.gateway.pd.forms import build_decode_leg, decode_form
+from tandem.gateway.pd.leg_bytes import record_leg
+from tandem.gateway.pd.selection import Pair
+from tandem.gateway.pipeline.dispatch import OpenedStream, relay, start_stream
+from tandem.gateway.workers.registry import WorkerRegistry
+from tandem.wire.proto import GenerateRequest, pb
+from tandem.wire.requests import sanitize_sampling_for_prefill
+
+
+async def open_parallel(
+    request: GenerateRequest, pair: Pair, registry: WorkerRegistry, timeout_s: float
+) -> OpenedStream:
+    mode = kv_mode_for_worker(pair.prefill)
+    if not mode.accepts_minted_id:
+        raise ValueError(f"prefill worker {pair.prefill.url} cannot take a minted transfer id")
+    form = decode_form(request, pair.decode.language_model_only, True)
+    decode_leg = build_decode_leg(request, form)
+    minted = mint_transfer_id()
+    prefill_leg = request
+    sanitize_sampling_for_prefill(prefill_leg)
+    prefill_leg.stream = False
+    prefill_leg.kv_transfer_params_json = prefill_tag(mode, True, minted) or ""
+    handoff(mode, True, None, minted, decode_leg)
+    record_leg("prefill", prefill_leg)
+    record_leg("decode", decode_leg)
+
+    started = time.perf_counter()
+    prefill = asyncio.ensure_future(
+        start_stream(
+            registry, pair.prefill, prefill_leg, timeout_s, "prefill_worker_failed_to_start"
+        )
+    )
+    decode = asyncio.ensure_future(
+        start_stream(registry, pair.decode, decode_leg, timeout_s, "decode_worker_failed_to_start")
+    )
+    del prefill_leg, request
+    try:
+        prefill_stream, prefill_first = await prefill
+        async for _ in relay(prefill_stream, prefill_first, "prefill_stream_error"):
+            pass  # the prefill leg only has to finish; its params are the minted ones
+        pair.prefill_done(True)
+        decode_stream, decode_first = await decode
+    except TandemError as err:
+        metrics.WORKER_ERRORS.labels("prefill" if "prefill" in err.code else "decode").inc()
+        for task in (prefill, decode):
+            await _retire(task)
+        raise
+    except BaseException:
+        for task in (prefill, decode):
+            await _retire(task)
+        raise
+    metrics.PD_TTFT_SECONDS.observe(time.perf_counter() - started)
+    metrics.PD_KV_MODE.labels(mode.kind.value).inc()
+    return OpenedStream(relay(decode_stream, decode_first, "decode_stream_error"), pair.close)
+
+
+async def _retire(task: asyncio.Future) -> None:
+    """Cancel a leg that is no longer wanted; if it had started, drop its stream (Abort)."""
+    if not task.done():
+        task.cancel()
+    with contextlib.suppress(BaseException):
+        stream, _ = await task
+        await stream.aclose()
+
+
+async def merge(opened: list[OpenedStream]) -> AsyncIterator[pb.GenerateResponse]:
+    """Frames of n single-sample streams as one stream, each restamped with its index."""
+    queue: asyncio.Queue[tuple[int, pb.GenerateResponse | BaseException | None]] = asyncio.Queue()
+
+    async def pump(index: int, stream: OpenedStream) -> None:
+        try:
+            async for frame in stream.frames:
+                queue.put_nowait((index, frame))
+        except BaseException as exc:
+            queue.put_nowait((index, exc))
+        else:
+            queue.put_nowait((index, None))
+
+    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(opened)]
+    remaining = len(tasks)
+    try:
+        while remaining:
+            index, item = await queue.get()
+            if item is None:
+                remaining -= 1
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            if item.HasField("chunk"):
+                item.chunk.index = index
+            else:
+                item.complete.index = index
+            yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+        for stream in opened:
+            await stream.frames.aclose()
