@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from pathlib import Path
 
@@ -190,6 +191,37 @@ def test_prefix_cache_keeps_images_apart(stack) -> None:
     assert other.usage.prompt_tokens_details.cached_tokens < 16  # the text before the image
     assert other_again.usage.prompt_tokens_details.cached_tokens >= prompt - 16
     assert other.choices[0].message.content != first.choices[0].message.content
+
+
+async def test_client_disconnect_aborts_the_worker(stack) -> None:
+    from .wire_helpers import stats
+
+    async def aborts() -> int:
+        total = 0
+        for worker in stack["workers"]:
+            total += (await stats(worker.address))["requests_by_outcome"].get("abort", 0)
+        return total
+
+    before = await aborts()
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Go on and on"}],
+        "max_tokens": 3000,
+        "stream": True,
+    }
+    url = f"{stack['router'].address}/v1/chat/completions"
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream("POST", url, json=body) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data:") and "content" in line:
+                break  # the first token arrived: now hang up
+    for _ in range(100):
+        if await aborts() > before:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the worker was never told to abort")
 
 
 def test_retry_moves_to_a_healthy_worker(stack) -> None:

@@ -162,3 +162,31 @@ async def test_failed_decode_leg_releases_prefill_kv(workers, model_cache) -> No
     assert (await stats(workers["llava-prefill"].address))["held_kv_blocks"] == 0
     params = json.loads(done.kv_transfer_params_json)
     assert params["do_remote_prefill"] is True and params["transfer_id"]
+
+
+async def test_abort_stops_generation_and_frees_kv(workers, model_cache) -> None:
+    """An Abort mid-generation ends the stream with finish_reason "abort" and frees the
+    KV the request was holding for a decode worker."""
+    import grpc
+
+    from tandem.wire.proto import pb, pb_grpc
+
+    address = workers["llava-prefill"].address
+    ids = chat_prompt_ids(model_dir(model_cache, "llava"), "Talk for a long time.", 1)
+    req = request("abort-me", ids, [image_data_url(6)], max_tokens=3000)
+    req.kv_transfer_params_json = PREFILL_TAG
+    req.stream = True
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.VllmEngineStub(channel)
+        call = stub.Generate(req, timeout=60)
+        first = await call.read()
+        assert first.HasField("chunk")
+        assert (await stats(address))["held_kv_blocks"] > 0
+        await stub.Abort(pb.AbortRequest(request_ids=["abort-me"]), timeout=10)
+        last = None
+        while (frame := await call.read()) is not grpc.aio.EOF:
+            last = frame
+    assert last is not None and last.complete.finish_reason == "abort"
+    assert len(last.complete.output_ids) < 3000
+    after = await stats(address)
+    assert after["held_kv_blocks"] == 0 and after["requests_by_outcome"].get("abort", 0) >= 1

@@ -44,15 +44,19 @@ class ModelHandle:
 
     @classmethod
     def from_archive(cls, archive: bytes, model_id: str) -> ModelHandle:
-        """Unpack a worker's tokenizer archive into a private temp dir and load from it."""
-        target = Path(tempfile.mkdtemp(prefix="tandem-model-"))
-        with zipfile.ZipFile(io.BytesIO(archive)) as zipped:
-            for member in zipped.namelist():
-                # Plain file names only: an archive must not write outside its directory.
-                if "/" in member or "\\" in member or member.startswith("."):
-                    raise ValueError(f"unexpected path in tokenizer archive: {member!r}")
-            zipped.extractall(target)
-        return cls.from_dir(target, model_id)
+        """Unpack a worker's tokenizer archive into a private temp dir and load from it.
+
+        Everything is read into memory while loading, so the directory is removed after.
+        """
+        with tempfile.TemporaryDirectory(prefix="tandem-model-") as tmp:
+            target = Path(tmp)
+            with zipfile.ZipFile(io.BytesIO(archive)) as zipped:
+                for member in zipped.namelist():
+                    # Plain file names only: an archive must not write outside its directory.
+                    if "/" in member or "\\" in member or member.startswith("."):
+                        raise ValueError(f"unexpected path in tokenizer archive: {member!r}")
+                zipped.extractall(target)
+            return cls.from_dir(target, model_id)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False).ids

@@ -16,6 +16,7 @@ from tandem.gateway.multimodal.plan import check_anchors
 from tandem.gateway.multimodal.process import ProcessedImages
 from tandem.models.info import ModelInfo
 from tandem.models.placeholders import PlaceholderCountError, expand_placeholders
+from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GRID_KEYS, Modality, MultimodalInputs, TensorData
 from tandem.wire.tensors import (
     WIRE_DTYPES,
@@ -36,11 +37,33 @@ def expand_and_assemble(
     pixel_dtype: str = "float32",
     out: MultimodalInputs | None = None,
 ) -> tuple[list[int], MultimodalInputs]:
+    """As :func:`expand_and_assemble_detached`, with the pixels written into the batch."""
+    expanded, batch, pixels = expand_and_assemble_detached(
+        input_ids, processed, info, pixel_dtype=pixel_dtype, out=out
+    )
+    target = batch.pixel_values
+    target.shape.extend(pixels.shape)
+    target.dtype = pixels.dtype
+    target.inline = pixels.array.tobytes()  # already in its wire layout
+    return expanded, batch
+
+
+def expand_and_assemble_detached(
+    input_ids: Sequence[int],
+    processed: ProcessedImages,
+    info: ModelInfo,
+    *,
+    pixel_dtype: str = "float32",
+    out: MultimodalInputs | None = None,
+) -> tuple[list[int], MultimodalInputs, PixelPayload]:
     """Expand one anchor per image into its token run and build the image batch.
 
+    The batch is returned without ``pixel_values``; the pixels come back separately as a
+    :class:`PixelPayload` in their wire layout.
+
     ``pixel_dtype`` is the wire dtype of ``pixel_values`` (``float32``, ``bfloat16``,
-    ``float16`` or an alias). ``out`` lets the caller pass ``request.mm_inputs`` so the pixel
-    payload is written once, straight into the request, instead of being copied there later.
+    ``float16`` or an alias). ``out`` lets the caller pass ``request.mm_inputs`` so the batch
+    is written straight into the request instead of being copied there later.
     The pixel array is taken from ``processed`` (see ``ProcessedImages.take_pixels``).
     Raises 400 ``multimodal_prompt_contract_mismatch`` when anchors and images differ.
     """
@@ -75,9 +98,9 @@ def expand_and_assemble(
     keep_on_cpu = list(family.keep_on_cpu_keys)
     keep_on_cpu += [k for k in GRID_KEYS if k in tensors and k not in keep_on_cpu]
     batch.keep_on_cpu_keys.extend(keep_on_cpu)
-    # Pixels last: everything cheap is validated and written before the large copy.
-    write_tensor(batch.pixel_values, processed.take_pixels(), wire_dtype)
-    return expanded, batch
+    # The pixels stay outside the message (see tandem.wire.pixels): the batch is the
+    # pixel-free identity, and the payload is written once, when the leg is sent.
+    return expanded, batch, PixelPayload.from_array(processed.take_pixels(), wire_dtype)
 
 
 def write_tensor(target: TensorData, array: np.ndarray, dtype: str | None = None) -> None:

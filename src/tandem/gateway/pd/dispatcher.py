@@ -55,8 +55,9 @@ class PDDispatcher:
             pair = self._pair(ctx, tried)
             try:
                 if self._can_parallel(ctx, pair):
+                    pixels, ctx.pixels = ctx.pixels, None
                     return await open_parallel(
-                        ctx.wire, pair, self.registry, self.config.request_timeout_s
+                        ctx.wire, pair, self.registry, self.config.request_timeout_s, pixels
                     )
                 return await open_sequential(
                     ctx, pair, self.registry, self.config.request_timeout_s
@@ -68,6 +69,8 @@ class PDDispatcher:
                     and err.code == "prefill_worker_failed_to_start"
                     and attempt < self.config.max_retries
                     and ctx.wire is not None
+                    # an image request's pixels left with the failed leg: nothing to resend
+                    and not ctx.had_pixels
                 )
                 if err.status >= 500:
                     failed = pair.prefill if "prefill" in err.code else pair.decode

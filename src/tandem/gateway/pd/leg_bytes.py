@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tandem.gateway import metrics
+from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest
 from tandem.wire.requests import mm_batches
 from tandem.wire.tensors import tensor_nbytes
@@ -19,8 +20,10 @@ class LegBytes:
     other: int
 
 
-def leg_bytes(request: GenerateRequest) -> LegBytes:
-    pixel = other = 0
+def leg_bytes(request: GenerateRequest, pixels: PixelPayload | None = None) -> LegBytes:
+    """Tensor bytes of a leg; ``pixels`` are the payload sent beside the message, if any."""
+    pixel = pixels.nbytes if pixels is not None else 0
+    other = 0
     for batch in mm_batches(request):
         if batch.HasField("pixel_values"):
             pixel += tensor_nbytes(batch.pixel_values)
@@ -28,9 +31,9 @@ def leg_bytes(request: GenerateRequest) -> LegBytes:
     return LegBytes(pixel, other)
 
 
-def record_leg(leg: str, request: GenerateRequest) -> LegBytes:
+def record_leg(leg: str, request: GenerateRequest, pixels: PixelPayload | None = None) -> LegBytes:
     """Count the leg's tensor bytes in ``tandem_mm_tensor_bytes_total{leg, kind}``."""
-    sizes = leg_bytes(request)
+    sizes = leg_bytes(request, pixels)
     metrics.MM_TENSOR_BYTES.labels(leg, "pixel").inc(sizes.pixel)
     metrics.MM_TENSOR_BYTES.labels(leg, "other").inc(sizes.other)
     return sizes

@@ -19,15 +19,21 @@ from tandem.gateway.pd.connector import handoff, kv_mode_for_worker, mint_transf
 from tandem.gateway.pd.forms import build_decode_leg, decode_form
 from tandem.gateway.pd.leg_bytes import record_leg
 from tandem.gateway.pd.selection import Pair
-from tandem.gateway.pipeline.dispatch import OpenedStream, relay, start_stream
+from tandem.gateway.pipeline.dispatch import OpenedStream, first_frame, relay, send, start_stream
 from tandem.gateway.workers.registry import WorkerRegistry
+from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest, pb
 from tandem.wire.requests import sanitize_sampling_for_prefill
 
 
 async def open_parallel(
-    request: GenerateRequest, pair: Pair, registry: WorkerRegistry, timeout_s: float
+    request: GenerateRequest,
+    pair: Pair,
+    registry: WorkerRegistry,
+    timeout_s: float,
+    pixels: PixelPayload | None = None,
 ) -> OpenedStream:
+    """``pixels``: the request's pixel payload, sent with the prefill leg only."""
     mode = kv_mode_for_worker(pair.prefill)
     if not mode.accepts_minted_id:
         raise ValueError(f"prefill worker {pair.prefill.url} cannot take a minted transfer id")
@@ -39,14 +45,14 @@ async def open_parallel(
     prefill_leg.stream = False
     prefill_leg.kv_transfer_params_json = prefill_tag(mode, True, minted) or ""
     handoff(mode, True, None, minted, decode_leg)
-    record_leg("prefill", prefill_leg)
+    record_leg("prefill", prefill_leg, pixels)
     record_leg("decode", decode_leg)
 
     started = time.perf_counter()
+    prefill_call = send(registry, pair.prefill, prefill_leg, timeout_s, pixels)
+    del pixels  # serialized into the prefill call: the gateway keeps no copy
     prefill = asyncio.ensure_future(
-        start_stream(
-            registry, pair.prefill, prefill_leg, timeout_s, "prefill_worker_failed_to_start"
-        )
+        first_frame(prefill_call, pair.prefill, "prefill_worker_failed_to_start")
     )
     decode = asyncio.ensure_future(
         start_stream(registry, pair.decode, decode_leg, timeout_s, "decode_worker_failed_to_start")
@@ -112,5 +118,7 @@ async def merge(opened: list[OpenedStream]) -> AsyncIterator[pb.GenerateResponse
     finally:
         for task in tasks:
             task.cancel()
+        # A pump still inside its stream must finish unwinding before the stream is closed.
+        await asyncio.gather(*tasks, return_exceptions=True)
         for stream in opened:
             await stream.frames.aclose()

@@ -22,6 +22,7 @@ from tandem.gateway.pd.connector import (
     prefill_tag,
 )
 from tandem.gateway.pd.forms import (
+    DecodeForm,
     build_decode_leg,
     decode_form,
     guard_identity_leg,
@@ -33,7 +34,7 @@ from tandem.gateway.pd.leg_bytes import record_leg
 from tandem.gateway.pd.release import release_prefill_kv
 from tandem.gateway.pd.selection import Pair
 from tandem.gateway.pipeline.context import RequestContext
-from tandem.gateway.pipeline.dispatch import OpenedStream, relay, start_stream
+from tandem.gateway.pipeline.dispatch import OpenedStream, first_frame, relay, send
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.wire.kv_params import complete_kv_params_json
 from tandem.wire.proto import MediaIdentity
@@ -70,14 +71,18 @@ async def open_sequential(
     tag = prefill_tag(mode, relay_kv, minted)
     if tag is not None:
         prefill_leg.kv_transfer_params_json = tag
-    record_leg("prefill", prefill_leg)
-    record_leg("decode", decode_leg)
+    pixels = ctx.pixels
+    # Only the Full form (n > 1: the decode worker recomputes the prompt) takes pixels too.
+    decode_pixels = pixels if form is DecodeForm.FULL else None
+    record_leg("prefill", prefill_leg, pixels)
+    record_leg("decode", decode_leg, decode_pixels)
 
     started = time.perf_counter()
     try:
-        stream, first = await start_stream(
-            registry, pair.prefill, prefill_leg, timeout_s, "prefill_worker_failed_to_start"
-        )
+        stream = send(registry, pair.prefill, prefill_leg, timeout_s, pixels)
+        if decode_pixels is None:
+            ctx.pixels = pixels = None  # sent: the pixels leave the gateway (behaviour A)
+        stream, first = await first_frame(stream, pair.prefill, "prefill_worker_failed_to_start")
     except TandemError:
         metrics.WORKER_ERRORS.labels("prefill").inc()
         # Nothing was served: give the request back intact so a retry can use another pair.
@@ -112,8 +117,10 @@ async def open_sequential(
     try:
         guard_stripped_leg(decode_leg, stripped, rid)
         guard_identity_leg(decode_leg, form, rid, original_has_mm=original_has_mm)
-        decode_stream, decode_first = await start_stream(
-            registry, pair.decode, decode_leg, timeout_s, "decode_worker_failed_to_start"
+        decode_stream = send(registry, pair.decode, decode_leg, timeout_s, decode_pixels)
+        ctx.pixels = pixels = decode_pixels = None
+        decode_stream, decode_first = await first_frame(
+            decode_stream, pair.decode, "decode_worker_failed_to_start"
         )
     except TandemError:
         metrics.WORKER_ERRORS.labels("decode").inc()

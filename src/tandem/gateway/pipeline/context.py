@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, SamplingSummary
 from tandem.gateway.model import ModelHandle
+from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest
 
 
@@ -27,8 +28,10 @@ class RequestContext:
     # media stage
     mm_path: str | None = None  # "router" | "worker" | None (no media)
     media_runs: list[tuple[int, int, str]] = field(default_factory=list)  # (offset, len, hash)
-    # request stage
+    # request stage; the pixels stay beside the message until a leg is sent (wire.pixels)
     wire: GenerateRequest | None = None
+    pixels: PixelPayload | None = None
+    had_pixels: bool = False
 
     @property
     def stream(self) -> bool:

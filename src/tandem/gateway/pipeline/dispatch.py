@@ -25,6 +25,7 @@ from tandem.gateway.workers.client import GenerateStream
 from tandem.gateway.workers.policies.base import Policy, SelectionInput
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker
+from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest, pb
 
 log = logging.getLogger("tandem.gateway.dispatch")
@@ -62,15 +63,21 @@ def pick(policy: Policy, pool: Sequence[Worker], ctx: RequestContext, role: str)
     return worker
 
 
-async def start_stream(
+def send(
     registry: WorkerRegistry,
     worker: Worker,
     request: GenerateRequest,
     timeout_s: float,
-    error_code: str,
+    pixels: PixelPayload | None = None,
+) -> GenerateStream:
+    """Start the call; the request (and ``pixels``) are serialized before this returns."""
+    return registry.client(worker.url).generate(request, timeout=timeout_s, pixels=pixels)
+
+
+async def first_frame(
+    stream: GenerateStream, worker: Worker, error_code: str
 ) -> tuple[GenerateStream, pb.GenerateResponse]:
-    """Call Generate and wait for the first frame; failures come back as TandemError."""
-    stream = registry.client(worker.url).generate(request, timeout=timeout_s)
+    """Wait for the worker's first frame; failures come back as TandemError."""
     try:
         first = await anext(stream)
     except grpc.aio.AioRpcError as err:
@@ -80,6 +87,17 @@ async def start_stream(
             error_code, f"worker {worker.url} ended the stream without output"
         ) from None
     return stream, first
+
+
+async def start_stream(
+    registry: WorkerRegistry,
+    worker: Worker,
+    request: GenerateRequest,
+    timeout_s: float,
+    error_code: str,
+) -> tuple[GenerateStream, pb.GenerateResponse]:
+    """``send`` and ``first_frame`` for a leg that carries no pixel payload."""
+    return await first_frame(send(registry, worker, request, timeout_s), worker, error_code)
 
 
 async def relay(
@@ -130,22 +148,25 @@ class AggregatedDispatcher:
 
     async def open(self, ctx: RequestContext) -> OpenedStream:
         assert ctx.wire is not None
-        record_leg("aggregated", ctx.wire)
+        record_leg("aggregated", ctx.wire, ctx.pixels)
         tried: set[str] = set()
         attempt = 0
         while True:
             pool = candidates(self.registry, ctx, "regular", tried)
             worker = pick(self.policy, pool, ctx, "worker")
             close = claim(worker, self.policy, ctx)
+            timeout = self.config.request_timeout_s
             try:
-                stream, first = await start_stream(
-                    self.registry, worker, ctx.wire, self.config.request_timeout_s, "worker_error"
-                )
+                stream = send(self.registry, worker, ctx.wire, timeout, ctx.pixels)
+                ctx.pixels = None  # sent: the gateway keeps no pixel copy (behaviour A)
+                stream, first = await first_frame(stream, worker, "worker_error")
             except TandemError as err:
                 close(False)
                 if err.status >= 500:
                     worker.breaker.record_failure()
-                if not err.retryable or attempt >= self.config.max_retries:
+                # An image request's pixels are gone once sent: it cannot be sent again.
+                resendable = not ctx.had_pixels
+                if not (err.retryable and resendable) or attempt >= self.config.max_retries:
                     raise
                 log.warning("request %s: %s failed (%s); retrying", ctx.request_id, worker.url, err)
                 attempt += 1

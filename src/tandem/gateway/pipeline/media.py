@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from tandem.errors import make_error
 from tandem.gateway import metrics
 from tandem.gateway.config import GatewayConfig
-from tandem.gateway.multimodal.assemble import expand_and_assemble
+from tandem.gateway.multimodal.assemble import expand_and_assemble_detached
 from tandem.gateway.multimodal.media_refs import build_media_refs
 from tandem.gateway.multimodal.path import choose_mm_path
 from tandem.gateway.multimodal.plan import plan_images
@@ -69,9 +69,10 @@ async def prepare_media(
     processed = await process_images(plan, model.info, model.processor, config.media)
     metrics.MEDIA_FETCH_SECONDS.observe(processed.timings.fetch_s + processed.timings.decode_s)
     metrics.MEDIA_PREPROCESS_SECONDS.observe(processed.timings.preprocess_s)
-    expanded, batch = expand_and_assemble(
+    expanded, batch, ctx.pixels = expand_and_assemble_detached(
         ctx.prompt_ids, processed, model.info, pixel_dtype=config.wire_dtype, out=wire.mm_inputs
     )
+    ctx.had_pixels = True
     del wire.tokenized.input_ids[:]
     wire.tokenized.input_ids.extend(expanded)
     ctx.media_runs = [

@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from tandem.wire.pixels import PixelPayload, serialize_with_pixels
 from tandem.wire.proto import common, pb, pb_grpc
 
 log = logging.getLogger("tandem.gateway.workers")
@@ -130,6 +131,12 @@ class WorkerClient:
         merged = {**DEFAULT_CHANNEL_OPTIONS, **dict(options)}
         self._channel = grpc.aio.insecure_channel(url, options=list(merged.items()))
         self._stub = pb_grpc.VllmEngineStub(self._channel)
+        # Generate with a request the caller serialized itself (pixels outside the message).
+        self._generate_raw = self._channel.unary_stream(
+            "/vllm.grpc.engine.VllmEngine/Generate",
+            request_serializer=bytes,
+            response_deserializer=pb.GenerateResponse.FromString,
+        )
         self._background: set[asyncio.Task[None]] = set()
 
     async def get_model_info(
@@ -188,9 +195,21 @@ class WorkerClient:
             timeout=self.abort_timeout_s if timeout is None else timeout,
         )
 
-    def generate(self, request: pb.GenerateRequest, timeout: float | None = None) -> GenerateStream:
-        """Start ``Generate``; errors (even "could not connect") surface while iterating."""
-        call = self._stub.Generate(request, timeout=timeout)
+    def generate(
+        self,
+        request: pb.GenerateRequest,
+        timeout: float | None = None,
+        pixels: PixelPayload | None = None,
+    ) -> GenerateStream:
+        """Start ``Generate``; errors (even "could not connect") surface while iterating.
+
+        ``pixels`` (kept outside the message) are serialized here, once, into the outgoing
+        bytes; the caller may drop its reference as soon as this returns.
+        """
+        if pixels is None:
+            call = self._stub.Generate(request, timeout=timeout)
+        else:
+            call = self._generate_raw(serialize_with_pixels(request, pixels), timeout=timeout)
         n = max(1, request.sampling_params.n)
         return GenerateStream(call, request.request_id, n, self._abort_in_background)
 

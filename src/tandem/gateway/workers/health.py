@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 
+from tandem.gateway import metrics
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker
 
@@ -79,10 +80,12 @@ class HealthChecker:
         if healthy != worker.healthy:
             log.warning("worker %s is now %s", worker.url, "healthy" if healthy else "unhealthy")
         worker.healthy = healthy
+        metrics.WORKER_HEALTHY.labels(worker.url).set(1 if healthy else 0)
         if ok:
             worker.breaker.record_success()
         else:
             worker.breaker.record_failure()
+        metrics.CIRCUIT_OPEN.labels(worker.url).set(1 if worker.breaker.state == "open" else 0)
         return ok
 
     async def _run(self) -> None:

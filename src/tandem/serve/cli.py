@@ -1,0 +1,164 @@
+"""`tandem serve` flags → a Plan; prepare the model once, then hand over to the Launcher."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from tandem.gateway.config import MM_PROCESSING_MODES
+from tandem.serve.children import Console
+from tandem.serve.examples import example_image
+from tandem.serve.launcher import HOST, Launcher, Plan
+
+# Levels that both the logging module and uvicorn (the gateway) accept.
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def add_serve_parser(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "serve",
+        help="gateway + prefill + decode workers in one command",
+        description="Start prefill and decode workers and a gateway on 127.0.0.1, print how "
+        "to call them, and stop them all on Ctrl-C or SIGTERM.",
+    )
+    p.add_argument("--model", default="tiny-qwen3-vl", help="tiny-qwen3-vl, tiny-llava-1.5 or PATH")
+    p.add_argument(
+        "--prefill", type=_count, default=None, metavar="N", help="prefill workers (default 1)"
+    )
+    p.add_argument(
+        "--decode",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="decode workers (default 1); with --aggregated, the number of aggregated workers",
+    )
+    p.add_argument(
+        "--decode-language-model-only",
+        action="store_true",
+        help="decode workers load no vision tower (M-RoPE models then refuse image requests)",
+    )
+    p.add_argument("--aggregated", action="store_true", help="workers run --role both, no PD")
+    p.add_argument(
+        "--mm-processing",
+        choices=MM_PROCESSING_MODES,
+        default="auto",
+        help="where images are processed: passed to the gateway",
+    )
+    p.add_argument("--port", type=int, default=8000, help="gateway port; 0 picks a free one")
+    p.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info",
+        help="for every child (and our own [serve] lines)",
+    )
+    p.set_defaults(run=run_serve, serve_parser=p)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    parser: argparse.ArgumentParser = args.serve_parser
+    if args.aggregated and args.prefill is not None:
+        parser.error("--prefill has no meaning with --aggregated (use --decode N for N workers)")
+    if args.aggregated and args.decode_language_model_only:
+        parser.error("--decode-language-model-only needs separate decode workers (no --aggregated)")
+    if not 0 <= args.port < 65536:
+        parser.error(f"--port must be in 0..65535, got {args.port}")
+
+
+def _port_taken(port: int) -> bool:
+    # Checked up front so that a busy port fails in a second, not after loading every worker.
+    if port == 0:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the gateway binds
+        try:
+            probe.bind((HOST, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
+
+
+def _prepare_model(name: str) -> tuple[str, Path]:
+    """Generate or find the model here, once, so that children never generate it together.
+
+    Returns what the children get (a built-in name keeps its served name; a path is made
+    absolute) and the checkpoint directory.
+    """
+    from tandem.engine.builtin import is_builtin, resolve_model
+
+    model_dir = resolve_model(name)  # prints a progress line when it generates
+    return (name if is_builtin(name) else str(model_dir)), model_dir
+
+
+def _notes(args: argparse.Namespace, model_dir: Path) -> tuple[str, ...]:
+    from tandem.engine.builtin import is_builtin
+    from tandem.models.info import load_model_info
+
+    notes = []
+    if is_builtin(args.model):
+        # Said up front so that a newcomer does not take the noise for a bug.
+        notes.append(
+            f"{args.model} has random weights: its replies are noise, but deterministic "
+            "and different for different images"
+        )
+    if not args.decode_language_model_only:
+        return tuple(notes)
+    if load_model_info(model_dir).family.has_mrope:
+        notes.append(
+            "decode workers are language-model-only and this model uses M-RoPE: image "
+            "requests are refused with 400 pd_decode_language_model_only_mrope (text works; "
+            "use --model tiny-llava-1.5 for images)"
+        )
+    if args.mm_processing == "worker":
+        notes.append(
+            "--mm-processing worker with language-model-only decode workers: image requests "
+            "are refused with 400 pd_decode_language_model_only_media_refs"
+        )
+    return tuple(notes)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    _check_args(args)
+    if _port_taken(args.port):
+        print(
+            f"tandem serve: port {args.port} is in use; pass --port N (0: any free port)",
+            file=sys.stderr,
+        )
+        return 2
+    # Until the launcher installs its handlers, SIGTERM interrupts like Ctrl-C does, so
+    # an interrupted model generation still removes its temporary directory.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        from tandem.engine.builtin import UnknownModelError, default_cache_root
+
+        try:
+            model, model_dir = _prepare_model(args.model)
+        except UnknownModelError as exc:
+            print(f"tandem serve: {exc}", file=sys.stderr)
+            return 2
+        plan = Plan(
+            model=model,
+            prefill=args.prefill or 1,
+            decode=args.decode or 1,
+            aggregated=args.aggregated,
+            decode_language_model_only=args.decode_language_model_only,
+            mm_processing=args.mm_processing,
+            port=args.port,
+            log_level=args.log_level,
+            image=example_image(default_cache_root()),
+            notes=_notes(args, model_dir),
+        )
+    except KeyboardInterrupt:
+        print("tandem serve: interrupted before any process was started", file=sys.stderr)
+        return 0
+    return Launcher(plan, Console()).run()

@@ -1,0 +1,32 @@
+"""The README's error and metrics tables list everything the code defines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import prometheus_client
+
+from tandem.errors import ERROR_CATALOGUE
+from tandem.gateway import metrics
+
+README = (Path(__file__).parents[2] / "README.md").read_text()
+
+
+def test_every_error_code_is_documented() -> None:
+    missing = [code for code in ERROR_CATALOGUE if f"| `{code}` |" not in README]
+    assert not missing, missing
+
+
+def test_every_metric_is_documented() -> None:
+    kinds = (prometheus_client.Counter, prometheus_client.Histogram, prometheus_client.Gauge)
+    names = [
+        m._name + ("_total" if isinstance(m, prometheus_client.Counter) else "")
+        for m in vars(metrics).values()
+        if isinstance(m, kinds)
+    ]
+    missing = [name for name in names if f"`{name}`" not in README]
+    assert names and not missing, missing
+
+
+def test_quickstart_shows_the_two_commands() -> None:
+    assert "make serve" in README and "make test" in README
