@@ -10,6 +10,8 @@ import httpx
 import openai
 import pytest
 
+from tandem.engine.builtin import resolve_model
+
 from .image_server import ImageServer, png_bytes
 from .processes import Proc, start_all
 
@@ -41,7 +43,16 @@ def stack(model_cache: Path):
             ],
             [*common, "--mm-allow-private-media-hosts", "--mm-processing", "worker"],
             # private media hosts refused (the default), on the gateway's own router path
-            [*common, "--mm-processing", "router", "--mm-per-request-image-limit", "2"],
+            # and the model files come from a local directory instead of a worker
+            [
+                *common,
+                "--mm-processing",
+                "router",
+                "--mm-per-request-image-limit",
+                "2",
+                "--model-path",
+                str(resolve_model(MODEL)),
+            ],
         ]
     )
     yield {
@@ -122,6 +133,35 @@ def test_stop_strings_cut_the_text(stack) -> None:
     streamed = chat(stack["router"], messages, max_tokens=16, stop=[stop], stream=True)
     text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
     assert text == full[: full.index(stop)]
+
+
+def test_text_completions_endpoint(stack) -> None:
+    api = client(stack["strict"])
+    answer = api.completions.create(
+        model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=0
+    )
+    assert answer.object == "text_completion" and answer.choices[0].text
+    assert answer.usage.completion_tokens == 5
+    streamed = api.completions.create(
+        model=MODEL, prompt="Once upon a time", max_tokens=5, temperature=0, stream=True
+    )
+    assert "".join(c.choices[0].text for c in streamed if c.choices) == answer.choices[0].text
+
+
+def test_worker_admin_api(stack) -> None:
+    base = stack["strict"].address
+    listed = httpx.get(f"{base}/workers").json()["workers"]
+    assert len(listed) == 2
+    url = listed[0]["url"]
+    assert httpx.delete(f"{base}/workers", params={"url": url}).status_code == 200
+    assert [w["url"] for w in httpx.get(f"{base}/workers").json()["workers"]] == [listed[1]["url"]]
+    missing = httpx.delete(f"{base}/workers", params={"url": url})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "worker_not_found"
+    added = httpx.post(f"{base}/workers", json={"url": url}, timeout=30)
+    assert added.status_code == 201 and added.json()["labels"]["supports_vision"] == "true"
+    assert len(httpx.get(f"{base}/workers").json()["workers"]) == 2
+    bad_role = httpx.post(f"{base}/workers", json={"url": url, "role": "boss"})
+    assert bad_role.status_code == 400 and bad_role.json()["error"]["param"] == "role"
 
 
 def test_models_health_metrics(stack) -> None:
