@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 
@@ -18,6 +19,7 @@ from tandem.gateway import metrics
 from tandem.gateway.pd.connector import handoff, kv_mode_for_worker, mint_transfer_id, prefill_tag
 from tandem.gateway.pd.forms import build_decode_leg, decode_form
 from tandem.gateway.pd.leg_bytes import record_leg
+from tandem.gateway.pd.release import release_prefill_kv
 from tandem.gateway.pd.selection import Pair
 from tandem.gateway.pipeline.dispatch import OpenedStream, first_frame, relay, send, start_stream
 from tandem.gateway.workers.registry import WorkerRegistry
@@ -59,15 +61,22 @@ async def open_parallel(
     )
     del prefill_leg, request
     try:
-        prefill_stream, prefill_first = await prefill
+        # Whichever leg fails first answers at once; the other is dropped (Abort).
+        await asyncio.wait({prefill, decode}, return_when=asyncio.FIRST_EXCEPTION)
+        for task in (prefill, decode):
+            if task.done() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        prefill_stream, prefill_first = prefill.result()
         async for _ in relay(prefill_stream, prefill_first, "prefill_stream_error"):
             pass  # the prefill leg only has to finish; its params are the minted ones
         pair.prefill_done(True)
-        decode_stream, decode_first = await decode
+        decode_stream, decode_first = decode.result()
     except TandemError as err:
         metrics.WORKER_ERRORS.labels("prefill" if "prefill" in err.code else "decode").inc()
         for task in (prefill, decode):
             await _retire(task)
+        # A prefill that finished before its decode leg failed holds KV nobody will pull.
+        await release_prefill_kv(pair.prefill, mode, json.dumps({"transfer_id": minted}))
         raise
     except BaseException:
         for task in (prefill, decode):
