@@ -165,3 +165,36 @@ async def test_worker_path_processes_media_once(pd) -> None:
 def test_parallel_dispatch_matches_sequential(pd, n_images: int, n: int) -> None:
     msgs = messages(n_images, seed=95)
     assert ask(pd["gw:qwen-pd-parallel"], "qwen", msgs, n) == ask(pd["gw:qwen-pd"], "qwen", msgs, n)
+
+
+@pytest.mark.parametrize("gateway", ["gw:qwen-pd", "gw:qwen-pd-parallel"])
+async def test_client_disconnect_aborts_the_decode_leg(pd, gateway: str) -> None:
+    import asyncio
+
+    decode = pd["qwen-decode"].address
+
+    async def aborts() -> int:
+        return (await stats(decode))["requests_by_outcome"].get("abort", 0)
+
+    before = await aborts()
+    body = {
+        "model": MODELS["qwen"],
+        "messages": messages(1, seed=99),
+        "max_tokens": 3000,
+        "stream": True,
+    }
+    url = f"{pd[gateway].address}/v1/chat/completions"
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream("POST", url, json=body) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data:") and '"content":"' in line and '"content":""' not in line:
+                break  # generation is under way on the decode worker: hang up
+    for _ in range(100):
+        if await aborts() > before:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("the decode worker was never told to abort")
+    assert (await stats(pd["qwen-prefill"].address))["held_kv_blocks"] == 0
