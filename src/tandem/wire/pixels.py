@@ -17,12 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tandem.wire.proto import GenerateRequest, TensorData
-from tandem.wire.tensors import (
-    WIRE_DTYPES,
-    TensorCodecError,
-    canonical_dtype,
-    float32_to_bfloat16_bits,
-)
+from tandem.wire.tensors import wire_payload
 
 _MM_INPUTS_FIELD = 7  # GenerateRequest.mm_inputs
 _PIXEL_VALUES_FIELD = 2  # MultimodalInputs.pixel_values
@@ -40,13 +35,7 @@ class PixelPayload:
 
     @classmethod
     def from_array(cls, array: np.ndarray, dtype: str = "float32") -> PixelPayload:
-        wire = canonical_dtype(dtype)
-        if wire == "bfloat16":
-            payload = float32_to_bfloat16_bits(array)
-        else:
-            if array.dtype.kind == "f" and WIRE_DTYPES[wire].kind in "iu":
-                raise TensorCodecError(f"refusing to truncate a {array.dtype} tensor to {wire}")
-            payload = np.ascontiguousarray(array, dtype=WIRE_DTYPES[wire])  # no copy if already
+        payload, wire = wire_payload(array, dtype)
         return cls(payload, tuple(int(d) for d in array.shape), wire)
 
     @property

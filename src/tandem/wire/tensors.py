@@ -80,20 +80,40 @@ def bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
     return (bits.astype("<u4") << 16).view("<f4")
 
 
-def encode_tensor(array: np.ndarray, dtype: str | None = None) -> TensorData:
-    """Encode ``array`` inline as ``dtype`` (canonical name or alias)."""
+def wire_payload(array: np.ndarray, dtype: str | None = None) -> tuple[np.ndarray, str]:
+    """``array`` in its wire layout (C order, little-endian, wire dtype) and that dtype's name.
+
+    No copy when the array already has the layout; bfloat16 is rounded to nearest even.
+    """
     wire = canonical_dtype(dtype) if dtype else default_wire_dtype(array)
     if wire == "bfloat16":
         if array.dtype.kind != "f":
             raise TensorCodecError(f"bfloat16 needs a floating tensor, got {array.dtype}")
-        payload = float32_to_bfloat16_bits(array)
-    else:
-        target = WIRE_DTYPES[wire]
-        if array.dtype.kind == "f" and target.kind in "iu":
-            raise TensorCodecError(f"refusing to truncate a {array.dtype} tensor to {wire}")
-        # No copy when the array already has the wire layout.
-        payload = np.ascontiguousarray(array, dtype=target)
-    return TensorData(shape=[int(d) for d in array.shape], dtype=wire, inline=payload.tobytes())
+        return float32_to_bfloat16_bits(array), wire
+    target = WIRE_DTYPES[wire]
+    if array.dtype.kind == "f" and target.kind in "iu":
+        raise TensorCodecError(f"refusing to truncate a {array.dtype} tensor to {wire}")
+    return np.ascontiguousarray(array, dtype=target), wire
+
+
+def encode_into(target: TensorData, array: np.ndarray, dtype: str | None = None) -> None:
+    """Encode ``array`` inline straight into ``target`` (a field of a larger message).
+
+    Writing in place avoids the second payload copy that ``CopyFrom`` of a fresh
+    message would cost.
+    """
+    payload, wire = wire_payload(array, dtype)
+    target.Clear()
+    target.shape.extend(int(d) for d in array.shape)
+    target.dtype = wire
+    target.inline = payload.tobytes()
+
+
+def encode_tensor(array: np.ndarray, dtype: str | None = None) -> TensorData:
+    """Encode ``array`` inline as ``dtype`` (canonical name or alias)."""
+    tensor = TensorData()
+    encode_into(tensor, array, dtype)
+    return tensor
 
 
 def expected_nbytes(shape: list[int], dtype: str) -> int:

@@ -18,12 +18,7 @@ from tandem.models.info import ModelInfo
 from tandem.models.placeholders import PlaceholderCountError, expand_placeholders
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GRID_KEYS, Modality, MultimodalInputs, TensorData
-from tandem.wire.tensors import (
-    WIRE_DTYPES,
-    canonical_dtype,
-    default_wire_dtype,
-    float32_to_bfloat16_bits,
-)
+from tandem.wire.tensors import TensorCodecError, canonical_dtype, encode_into
 
 PIXEL_KEY = "pixel_values"
 PIXEL_WIRE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
@@ -104,26 +99,11 @@ def expand_and_assemble_detached(
 
 
 def write_tensor(target: TensorData, array: np.ndarray, dtype: str | None = None) -> None:
-    """Encode ``array`` inline straight into ``target`` (same format as ``encode_tensor``).
-
-    ``encode_tensor`` returns a fresh message, and putting that into a batch copies the
-    payload again (``CopyFrom``); writing in place keeps it to the one unavoidable copy
-    from numpy into the message.
-    """
-    wire = canonical_dtype(dtype) if dtype else default_wire_dtype(array)
-    if wire == "bfloat16":
-        if array.dtype.kind != "f":
-            raise ValueError(f"bfloat16 needs a floating tensor, got {array.dtype}")
-        payload = float32_to_bfloat16_bits(array)
-    else:
-        target_dtype = WIRE_DTYPES[wire]
-        if array.dtype.kind == "f" and target_dtype.kind in "iu":
-            raise ValueError(f"refusing to truncate a {array.dtype} tensor to {wire}")
-        payload = np.ascontiguousarray(array, dtype=target_dtype)  # no copy when already so
-    target.Clear()
-    target.shape.extend(int(d) for d in array.shape)
-    target.dtype = wire
-    target.inline = payload.tobytes()
+    """Encode ``array`` inline straight into ``target`` (see ``tandem.wire.tensors``)."""
+    try:
+        encode_into(target, array, dtype)
+    except TensorCodecError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _model_tensors(processed: ProcessedImages, info: ModelInfo) -> dict[str, np.ndarray]:
