@@ -27,3 +27,10 @@ serve: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info
+
+# Side-by-side with smg over null workers (minutes; not part of `make test`). smg and
+# matplotlib go into their own virtualenvs under ~/.cache/tandem/bench, never into .venv.
+.PHONY: bench
+bench: $(STAMP)
+	$(PY) -m bench.side_by_side --out docs/benchmarks
+	$(PY) -m bench.report docs/benchmarks

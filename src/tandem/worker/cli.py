@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tandem.log import setup_logging
 from tandem.media import MediaPolicy
-from tandem.worker.config import KV_CONNECTORS, ROLES, WorkerConfig
+from tandem.worker.config import ENGINES, KV_CONNECTORS, ROLES, WorkerConfig
 
 
 def add_worker_parser(commands: argparse._SubParsersAction) -> None:
@@ -32,6 +32,18 @@ def add_worker_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--prefix-cache-bytes", type=int, default=64 << 20)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     p.add_argument("--log-level", default="info")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="embedded",
+        help="null: canned tokens at once, no model weights (for gateway benchmarks)",
+    )
+    p.add_argument(
+        "--null-token-delay-ms",
+        type=float,
+        default=0.0,
+        help="null engine: pause before each token (a slow worker)",
+    )
     p.set_defaults(run=run_worker)
 
 
@@ -54,6 +66,8 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
         kv_connector=args.kv_connector,
         prefix_cache_bytes=args.prefix_cache_bytes,
         threads=args.threads,
+        engine=args.engine,
+        null_token_delay_s=args.null_token_delay_ms / 1000.0,
     )
 
 

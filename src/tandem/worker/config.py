@@ -12,6 +12,8 @@ ROLES = ("prefill", "decode", "both")
 # side channel under its own name; "NixlConnector" advertises the same protocol under
 # the name gateways that relay vLLM's NIXL params (smg) recognise.
 KV_CONNECTORS = ("TandemConnector", "NixlConnector")
+# "embedded": the PyTorch engine; "null": canned tokens at once, no weights (benchmarks).
+ENGINES = ("embedded", "null")
 
 
 @dataclass(slots=True)
@@ -30,8 +32,14 @@ class WorkerConfig:
     kv_pull_wait_s: float = 10.0  # how long a decode leg waits for a minted transfer id
     threads: int = 1
     served_model_name: str | None = None
+    engine: str = "embedded"
+    null_token_delay_s: float = 0.0  # the null engine's pause before each token
 
     def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.null_token_delay_s < 0:
+            raise ValueError("--null-token-delay-ms must be >= 0")
         if self.role not in ROLES:
             raise ValueError(f"--role must be one of {', '.join(ROLES)}, got {self.role!r}")
         if self.kv_connector not in KV_CONNECTORS:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from pathlib import Path
 
 import grpc
 import torch
@@ -12,13 +13,15 @@ import torch
 from tandem.engine.builtin import resolve_model
 from tandem.engine.core import Engine
 from tandem.engine.kv_store import KvStore
+from tandem.engine.null import NullEngine, null_shape
 from tandem.engine.prefix_cache import PrefixCache
 from tandem.engine.runner import ModelRunner
-from tandem.models.info import load_model_info
+from tandem.models.info import ModelInfo, load_model_info
 from tandem.models.processor import load_processor
 from tandem.wire.proto import pb_grpc
 from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient, KvChannelServer
+from tandem.worker.leg_counter import CountingServicer
 from tandem.worker.media_refs import MediaRefsProcessor
 from tandem.worker.servicer import WorkerServicer
 
@@ -37,23 +40,22 @@ class WorkerServer:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
         torch.set_num_threads(config.threads)
-        model_dir = resolve_model(config.model)
+        null = config.engine == "null"
+        model_dir = resolve_model(config.model, weights=not null)
         self.info = load_model_info(model_dir, config.model)
-        self.runner = ModelRunner.load(model_dir, config.language_model_only, config.model)
-        shape = self.runner.shape
-        self.engine = Engine(
-            self.runner,
-            PrefixCache(shape, config.prefix_cache_bytes, config.block_size),
-            KvStore(shape, config.kv_lease_s, block_size=config.block_size),
-            config.block_size,
-        )
+        if null:
+            self.engine = _null_engine(config, self.info)
+        else:
+            self.engine = _embedded_engine(config, model_dir)
+        shape = self.engine.runner.shape
         refs = None
         if config.accepts_media_refs:
             refs = MediaRefsProcessor(self.info, load_processor(model_dir), config.media)
         self.kv_client = KvChannelClient(shape)
         self.server = grpc.aio.server(options=GRPC_OPTIONS)
         self.port = self.server.add_insecure_port(f"{config.host}:{config.port}")
-        self.servicer = WorkerServicer(
+        servicer_class = CountingServicer if null else WorkerServicer
+        self.servicer = servicer_class(
             config, self.info, self.engine, refs, self.kv_client, (config.host, self.port)
         )
         pb_grpc.add_VllmEngineServicer_to_server(self.servicer, self.server)
@@ -66,9 +68,11 @@ class WorkerServer:
         await self.server.start()
         self._expiry = asyncio.create_task(self._expire_leases())
         log.info(
-            "tandem worker ready on %s:%d (model=%s, role=%s, supports_vision=%s, mm_processor=%s)",
+            "tandem worker ready on %s:%d (engine=%s, model=%s, role=%s, supports_vision=%s, "
+            "mm_processor=%s)",
             self.config.host,
             self.port,
+            self.config.engine,
             self.config.model_name,
             self.config.role,
             not self.config.language_model_only,
@@ -87,6 +91,23 @@ class WorkerServer:
         await self.server.stop(grace_s)
         await self.kv_client.close()
         self.engine.stop()
+
+
+def _embedded_engine(config: WorkerConfig, model_dir: Path) -> Engine:
+    runner = ModelRunner.load(model_dir, config.language_model_only, config.model)
+    shape = runner.shape
+    return Engine(
+        runner,
+        PrefixCache(shape, config.prefix_cache_bytes, config.block_size),
+        KvStore(shape, config.kv_lease_s, block_size=config.block_size),
+        config.block_size,
+    )
+
+
+def _null_engine(config: WorkerConfig, info: ModelInfo) -> Engine:
+    store = KvStore(null_shape(info), config.kv_lease_s, block_size=config.block_size)
+    engine = NullEngine(info, store, config.null_token_delay_s, config.block_size)
+    return engine  # type: ignore[return-value]  # the servicer's duck-typed Engine
 
 
 async def serve(config: WorkerConfig) -> None:

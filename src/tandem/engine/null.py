@@ -1,0 +1,155 @@
+"""The ``null`` engine: answers at once with canned tokens, so that a gateway's cost is measured.
+
+It has the interface the worker's servicer uses (``generate``, ``abort``, ``num_running``,
+``num_waiting``, ``alive``, ``prefix_cache``, ``kv_store``, ``runner.shape``,
+``runner.eos_token_ids``, ``stats``) and loads no model weights. The protocol and the PD
+handoff are the real ones: a prefill leg stores a tiny placeholder KV (one layer, one head,
+one dimension: 8 bytes a token) under its transfer id, and the decode leg pulls it over
+the side channel exactly as with the embedded engine. The imported KV is then ignored.
+
+Outputs are one token a delta, cycling over the bytes of ``CANNED_TEXT`` (the built-in
+models' byte-level ids), stopping at ``max_tokens``; ``token_delay_s`` paces them to act
+as a slow worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import torch
+
+from tandem.engine.core import EngineStats
+from tandem.engine.kv_store import KvStore
+from tandem.engine.prefix_cache import PrefixCache
+from tandem.engine.request import EngineOutput, EngineRequest
+from tandem.engine.types import ModelShape
+from tandem.models.info import ModelInfo
+
+CANNED_TEXT = b"null engine "
+
+
+@dataclass(slots=True)
+class NullRunner:
+    """What the servicer reads from a runner: the KV shape and the stop ids."""
+
+    shape: ModelShape
+    eos_token_ids: tuple[int, ...]
+
+
+def null_shape(info: ModelInfo) -> ModelShape:
+    """The model's vocabulary and context with a placeholder KV of one float a token."""
+    return ModelShape(
+        num_layers=1,
+        num_kv_heads=1,
+        head_dim=1,
+        vocab_size=info.vocab_size,
+        max_context=info.max_context,
+    )
+
+
+class NullEngine:
+    def __init__(
+        self,
+        info: ModelInfo,
+        kv_store: KvStore,
+        token_delay_s: float = 0.0,
+        block_size: int = 16,
+    ) -> None:
+        if token_delay_s < 0:
+            raise ValueError("token_delay_s must be >= 0")
+        shape = kv_store.shape
+        self.runner = NullRunner(shape, tuple(info.eos_token_ids))
+        self.prefix_cache = PrefixCache(shape, 0, block_size)  # disabled: nothing to reuse
+        self.kv_store = kv_store
+        self.token_delay_s = token_delay_s
+        self.stats = EngineStats()
+        self._running: set[str] = set()
+        self._aborted: set[str] = set()
+        self._alive = False
+        canned = [b for b in CANNED_TEXT if b not in self.runner.eos_token_ids]
+        self._canned = [b for b in canned if b < shape.vocab_size] or [0]
+
+    def start(self) -> None:
+        self._alive = True
+
+    def stop(self) -> None:
+        self._alive = False
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return 0
+
+    def abort(self, request_id: str) -> None:
+        if request_id in self._running:
+            self._aborted.add(request_id)
+
+    async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        prompt = request.prompt_ids
+        if not prompt:
+            raise ValueError("the prompt has no tokens")
+        if len(prompt) >= self.runner.shape.max_context:
+            raise ValueError(
+                f"prompt of {len(prompt)} tokens does not fit the model's context of "
+                f"{self.runner.shape.max_context}"
+            )
+        rid = request.request_id
+        self._running.add(rid)
+        self.stats.prompt_tokens += len(prompt)
+        outcome = "abort"
+        try:
+            if request.export_transfer_id:
+                self._export(request)
+            async for out in self._samples(request):
+                yield out
+            outcome = "abort" if rid in self._aborted else "finished"
+        finally:
+            self._running.discard(rid)
+            self._aborted.discard(rid)
+            if outcome == "abort" and request.export_transfer_id:
+                self.kv_store.release(request.export_transfer_id)
+            self.stats.count(outcome)
+
+    def _export(self, request: EngineRequest) -> None:
+        zeros = torch.zeros(1, len(request.prompt_ids), 1)
+        transfer_id = request.export_transfer_id or ""
+        self.kv_store.put(transfer_id, [(zeros, zeros)], request.prompt_ids, [])
+
+    async def _samples(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
+        cached = request.local_cached_tokens
+        generated: list[list[int]] = [[] for _ in range(request.n)]
+        limit = request.sampling.max_tokens
+        for step in range(limit):
+            if self.token_delay_s:
+                await asyncio.sleep(self.token_delay_s)
+            elif step:
+                await asyncio.sleep(0)
+            aborted = request.request_id in self._aborted
+            token = self._canned[step % len(self._canned)]
+            for index, tokens in enumerate(generated):
+                if aborted:
+                    yield EngineOutput(index, [], len(request.prompt_ids), len(tokens), 0, "abort")
+                    continue
+                tokens.append(token)
+                self.stats.generated_tokens += 1
+                reason = "length" if len(tokens) >= limit else None
+                yield EngineOutput(
+                    index=index,
+                    token_ids=[token],
+                    prompt_tokens=len(request.prompt_ids),
+                    completion_tokens=len(tokens),
+                    cached_tokens=cached,
+                    finish_reason=reason,
+                    output_ids=list(tokens) if reason else [],
+                )
+            if aborted:
+                return
