@@ -9,7 +9,7 @@ status, and whether a retry on a freshly selected worker may succeed::
     │   ├── BadRequest             400  (invalid_request, multimodal_*, pd_decode_…)
     │   ├── NotFound               404  (model_not_found, worker_not_found)
     │   ├── PayloadTooLarge        413  (payload_too_large, multimodal_payload_too_large)
-    │   └── RateLimited            429  (multimodal_inflight_budget, …)  retryable
+    │   └── RateLimited            429  (multimodal_inflight_budget, too_many_requests)  retryable
     └── ServerError                5xx: something behind the gateway failed
         ├── InternalError          500  (internal_error, …)
         ├── UpstreamError          502  (pd_decode_missing_kv_transfer_params, …)
@@ -95,6 +95,9 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     "no_available_workers": ErrorSpec(503, True, "no healthy worker for the model"),
     # --- gateway itself --------------------------------------------------------------
     "request_timeout": ErrorSpec(504, True, "request exceeded --request-timeout-secs"),
+    "too_many_requests": ErrorSpec(
+        429, True, "--max-concurrent-requests running and --max-queued-requests waiting"
+    ),
     "shutting_down": ErrorSpec(503, True, "gateway is draining"),
     "internal_error": ErrorSpec(500, False, "a bug: report it with the request id"),
 }
@@ -111,6 +114,7 @@ class TandemError(Exception):
         status: int | None = None,
         retryable: bool | None = None,
         param: str | None = None,
+        retry_after: int | None = None,
     ) -> None:
         spec = ERROR_CATALOGUE.get(code)
         self.code = code
@@ -120,6 +124,8 @@ class TandemError(Exception):
             retryable = spec.retryable if spec else self.status in RETRYABLE_STATUSES
         self.retryable = retryable
         self.param = param
+        # Seconds for a ``Retry-After`` header (load shedding: 429, 503 while draining).
+        self.retry_after = retry_after
         super().__init__(message)
 
     def __repr__(self) -> str:

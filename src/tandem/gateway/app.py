@@ -17,12 +17,15 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tandem import __version__
 from tandem.errors import TandemError, make_error
 from tandem.gateway import metrics
+from tandem.gateway.admission import PixelLease, Slot, rejected
+from tandem.gateway.api.openapi import openapi_document
 from tandem.gateway.api.responses import error_response, json_response
 from tandem.gateway.api.schemas import parse_chat_request, parse_completion_request
 from tandem.gateway.api.sse import sse_response
@@ -37,11 +40,16 @@ from tandem.gateway.workers_admin import admin_routes
 log = logging.getLogger("tandem.gateway")
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it passes ``limit`` bytes."""
+def check_declared_size(request: Request, limit: int) -> None:
+    """413 on a declared Content-Length over ``limit``, before the body is read or queued."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise make_error("payload_too_large", f"request body is over {limit} bytes")
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it passes ``limit`` bytes."""
+    check_declared_size(request, limit)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -52,32 +60,52 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 
 def build_app(state: GatewayState) -> Starlette:
-    async def chat(request: Request) -> Response:
+    async def chat(request: Request) -> Response | ReleaseAfter:
         return await generate(request, "chat", parse_chat_request)
 
-    async def completions(request: Request) -> Response:
+    async def completions(request: Request) -> Response | ReleaseAfter:
         return await generate(request, "completions", parse_completion_request)
 
-    async def generate(request: Request, route: str, parse: Callable[[bytes], Any]) -> Response:
+    async def generate(
+        request: Request, route: str, parse: Callable[[bytes], Any]
+    ) -> Response | ReleaseAfter:
         started = time.perf_counter()
+        config = state.config
+        slot: Slot | None = None
+        lease: PixelLease | None = None
         try:
             if state.draining:
-                raise make_error("shutting_down", "the gateway is shutting down")
-            body = parse(await read_body(request, state.config.max_payload_size))
+                raise rejected("shutting_down", "the gateway is shutting down", "shutting_down")
+            check_declared_size(request, config.max_payload_size)
+            # Admitted before the body is read: a queued request holds no body, no pixels.
+            slot = await state.admission.acquire(config.request_timeout_s)
+            body = parse(await read_body(request, config.max_payload_size))
             ctx = await prepare(body, route)
+            if ctx.pixels is not None:
+                lease = state.pixel_budget.acquire(ctx.pixels.nbytes)
             assert state.dispatcher is not None
             if ctx.stream:
                 opened = await state.dispatcher.open(ctx)
-                return sse_response(_observed(stream_events(ctx, opened), route, started))
-            answer = await _until_disconnect(request, run_to_answer(ctx))
+                _released(lease)  # the first frame is back: the pixels have gone
+                events = _observed(stream_events(ctx, opened), route, started)
+                # The slot is held until the last byte is sent (or the client is gone).
+                held, slot = slot, None
+                return ReleaseAfter(sse_response(events), held.release)
+            answer = await _until_disconnect(request, run_to_answer(ctx, lease))
         except TandemError as err:
             _record(route, err.status, err.code, started)
-            return error_response(err)
+            return _error_response(err)
+        except ClientDisconnect:
+            _record(route, 499, "client_disconnected", started)
+            return Response(status_code=499)
         except Exception:
             log.exception("unexpected failure on %s", route)
             err = make_error("internal_error", "internal error; see the gateway log")
             _record(route, 500, err.code, started)
             return error_response(err)
+        finally:
+            _released(lease)
+            _released(slot)
         _record(route, 200, "", started)
         return json_response(answer)
 
@@ -93,16 +121,21 @@ def build_app(state: GatewayState) -> Starlette:
         build_prompt(ctx)
         build_wire_request(ctx)
         workers = state.registry.workers(model_id=model.model_id)
-        await asyncio.wait_for(
-            prepare_media(ctx, state.config, workers), state.config.request_timeout_s
-        )
+        timeout = state.config.request_timeout_s
+        try:
+            await asyncio.wait_for(prepare_media(ctx, state.config, workers), timeout)
+        except TimeoutError:
+            raise make_error(
+                "request_timeout", f"media not ready within --request-timeout-secs={timeout}"
+            ) from None
         return ctx
 
-    async def run_to_answer(ctx: RequestContext) -> dict[str, Any]:
+    async def run_to_answer(ctx: RequestContext, lease: PixelLease | None) -> dict[str, Any]:
         assert state.dispatcher is not None
         try:
             async with asyncio.timeout(state.config.request_timeout_s):
                 opened = await state.dispatcher.open(ctx)
+                _released(lease)  # the first frame is back: the pixels have gone
                 return await collect(ctx, opened)
         except TimeoutError:
             raise make_error(
@@ -127,6 +160,10 @@ def build_app(state: GatewayState) -> Starlette:
             status=status,
         )
 
+    async def openapi(request: Request) -> Response:
+        model = await state.ensure_model()
+        return json_response(openapi_document(model.model_id if model else None, __version__))
+
     async def prometheus(request: Request) -> Response:
         return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
@@ -139,6 +176,7 @@ def build_app(state: GatewayState) -> Starlette:
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
         *admin_routes(state),
     ]
     return Starlette(routes=routes, exception_handlers={404: not_found})
@@ -176,6 +214,36 @@ async def _observed(
         raise
     finally:
         _record(route, status, code, started)
+
+
+class ReleaseAfter:
+    """An ASGI response that runs ``release`` once it has been sent, whatever happened.
+
+    A generator's ``finally`` does not run if the generator never started (a client gone
+    before the first byte); this wrapper's does, so an admission slot cannot leak.
+    """
+
+    def __init__(self, response: Response, release: Callable[[], None]) -> None:
+        self.response = response
+        self.release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await self.response(scope, receive, send)
+        finally:
+            self.release()
+
+
+def _released(held: Slot | PixelLease | None) -> None:
+    if held is not None:
+        held.release()
+
+
+def _error_response(err: TandemError) -> Response:
+    response = error_response(err)
+    if err.retry_after is not None:
+        response.headers["Retry-After"] = str(err.retry_after)
+    return response
 
 
 def _record(route: str, status: int, code: str, started: float) -> None:

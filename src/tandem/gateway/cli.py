@@ -38,6 +38,30 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--request-timeout-secs", type=float, default=300.0)
     p.add_argument("--max-retries", type=int, default=2)
     p.add_argument("--health-check-interval-secs", type=float, default=5.0)
+    p.add_argument(
+        "--multimodal-max-inflight-bytes",
+        type=int,
+        default=256 << 20,
+        help="pixel-tensor bytes all in-flight requests may hold (0: no limit)",
+    )
+    p.add_argument(
+        "--max-concurrent-requests",
+        type=int,
+        default=256,
+        help="generation requests processed at once (0: no limit)",
+    )
+    p.add_argument(
+        "--max-queued-requests",
+        type=int,
+        default=512,
+        help="requests waiting for a slot beyond --max-concurrent-requests; more get 429",
+    )
+    p.add_argument(
+        "--drain-timeout-secs",
+        type=float,
+        default=30.0,
+        help="on SIGTERM, how long in-flight requests may take to finish",
+    )
     p.add_argument("--log-level", default="info")
     p.set_defaults(run=run_gateway)
 
@@ -68,6 +92,10 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         request_timeout_s=args.request_timeout_secs,
         max_retries=args.max_retries,
         health_interval_s=args.health_check_interval_secs,
+        mm_max_inflight_bytes=args.multimodal_max_inflight_bytes,
+        max_concurrent_requests=args.max_concurrent_requests,
+        max_queued_requests=args.max_queued_requests,
+        drain_timeout_s=args.drain_timeout_secs,
     )
 
 

@@ -33,6 +33,11 @@ class GatewayConfig:
     health_interval_s: float = 5.0
     pd_dispatch: str = "sequential"
     wire_dtype: str = "float32"
+    # Admission control (gateway/admission.py); 0 turns a bound off.
+    mm_max_inflight_bytes: int = 256 << 20
+    max_concurrent_requests: int = 256
+    max_queued_requests: int = 512
+    drain_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.mm_processing not in MM_PROCESSING_MODES:
@@ -51,3 +56,9 @@ class GatewayConfig:
             raise ValueError("--mm-per-request-image-limit must be >= 0")
         if self.max_retries < 0:
             raise ValueError("--max-retries must be >= 0")
+        if self.mm_max_inflight_bytes < 0:
+            raise ValueError("--multimodal-max-inflight-bytes must be >= 0")
+        if self.max_concurrent_requests < 0 or self.max_queued_requests < 0:
+            raise ValueError("--max-concurrent-requests and --max-queued-requests must be >= 0")
+        if self.drain_timeout_s < 0:
+            raise ValueError("--drain-timeout-secs must be >= 0")

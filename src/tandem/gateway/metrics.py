@@ -113,3 +113,27 @@ WORKER_ERRORS = Counter(
     ["worker_type"],
     registry=REGISTRY,
 )
+
+# --- admission control ------------------------------------------------------------------
+ADMISSION_REJECTED = Counter(
+    "tandem_admission_rejected_total",
+    "Requests refused by admission control, by reason "
+    "(queue_full, queue_timeout, mm_inflight_bytes, mm_too_large, shutting_down)",
+    ["reason"],
+    registry=REGISTRY,
+)
+REQUESTS_RUNNING = Gauge(
+    "tandem_requests_running",
+    "Generation requests holding an admission slot",
+    registry=REGISTRY,
+)
+REQUESTS_QUEUED = Gauge(
+    "tandem_requests_queued",
+    "Generation requests waiting for an admission slot",
+    registry=REGISTRY,
+)
+MM_INFLIGHT_BYTES = Gauge(
+    "tandem_mm_inflight_bytes",
+    "Pixel-tensor bytes held by in-flight requests (against --multimodal-max-inflight-bytes)",
+    registry=REGISTRY,
+)

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from tandem.gateway.admission import AdmissionQueue, PixelBudget
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.pd.dispatcher import PDDispatcher
@@ -24,9 +25,15 @@ class GatewayState:
     model: ModelHandle | None = None
     health: HealthChecker | None = None
     dispatcher: AggregatedDispatcher | PDDispatcher | None = None
-    draining: bool = False
-    in_flight: int = 0
+    draining: bool = False  # set on SIGTERM: new generation requests get 503 shutting_down
+    admission: AdmissionQueue = field(init=False)
+    pixel_budget: PixelBudget = field(init=False)
     _model_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def __post_init__(self) -> None:
+        config = self.config
+        self.admission = AdmissionQueue(config.max_concurrent_requests, config.max_queued_requests)
+        self.pixel_budget = PixelBudget(config.mm_max_inflight_bytes)
 
     async def start(self) -> None:
         config = self.config

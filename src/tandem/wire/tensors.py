@@ -144,7 +144,11 @@ def decode_tensor(tensor: TensorData) -> np.ndarray:
             f"TensorData byte length mismatch for dtype={tensor.dtype}, shape={shape}: "
             f"expected {want}, got {len(payload)}"
         )
-    view = np.frombuffer(payload, dtype=WIRE_DTYPES[tensor.dtype]).reshape(shape)
+    try:
+        view = np.frombuffer(payload, dtype=WIRE_DTYPES[tensor.dtype]).reshape(shape)
+    except ValueError as exc:
+        # An empty tensor whose other dimensions are huge: numpy cannot index that shape.
+        raise TensorCodecError(f"TensorData shape {shape} cannot be represented: {exc}") from None
     if tensor.dtype == "bfloat16":
         return bfloat16_bits_to_float32(view)
     return view

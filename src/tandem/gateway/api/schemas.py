@@ -32,12 +32,16 @@ from tandem.gateway.api.schemas_chat import (
 )
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+# Token counts and ids travel as uint32 on the wire: a larger value must be a 400 here,
+# not a protobuf range error (a 500) when the wire request is built.
+UINT32_MAX = 2**32 - 1
 MAX_N = 16
 MAX_STOPS = 4
 # OpenAI's (and vLLM's) default for the legacy completions endpoint.
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 
-TokenId = Annotated[int, Field(ge=0)]
+TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
+TokenCount = Annotated[int, Field(ge=1, le=UINT32_MAX)]
 StopString = Annotated[str, Field(min_length=1)]
 
 
@@ -81,16 +85,16 @@ class _GenerationParams(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=MAX_N)
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: TokenCount | None = None
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int = Field(0, ge=-1)
+    top_k: int = Field(0, ge=-1, le=UINT32_MAX)
     min_p: float = Field(0.0, ge=0, le=1)
     seed: int | None = Field(None, ge=INT32_MIN, le=INT32_MAX)
     stop: list[StopString] = Field(default_factory=list, max_length=MAX_STOPS)
     stop_token_ids: list[TokenId] = Field(default_factory=list)
     ignore_eos: bool = False
-    min_tokens: int = Field(0, ge=0)
+    min_tokens: int = Field(0, ge=0, le=UINT32_MAX)
     frequency_penalty: float = Field(0.0, ge=-2, le=2)
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     repetition_penalty: float = Field(1.0, gt=0)
@@ -157,7 +161,7 @@ def _unsupported(what: str) -> PydanticCustomError:
 
 class ChatCompletionRequest(_GenerationParams):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: TokenCount | None = None
     logprobs: bool = False
     top_logprobs: int = Field(0, ge=0, le=20)
 

@@ -82,6 +82,9 @@ class PDDispatcher:
                 attempt += 1
                 metrics.RETRIES.labels(ctx.route).inc()
                 await backoff(attempt)
+            except BaseException:
+                pair.close(False)  # a timeout, a client that left, a bug: settle the count
+                raise
 
     def _pair(self, ctx: RequestContext, tried: set[str]) -> Pair:
         return select_pair(self.registry, ctx, self.prefill_policy, self.decode_policy, tried)

@@ -174,4 +174,7 @@ class AggregatedDispatcher:
                 metrics.RETRIES.labels(ctx.route).inc()
                 await backoff(attempt)
                 continue
+            except BaseException:
+                close(False)  # a timeout, a client that left, a bug: settle the count
+                raise
             return OpenedStream(relay(stream, first, "worker_error"), close)

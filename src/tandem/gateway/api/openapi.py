@@ -1,0 +1,134 @@
+"""The gateway's OpenAPI description (``GET /openapi.json``), built from the request models.
+
+The request bodies' schemas are the pydantic models' own JSON schema, so the description
+cannot drift from what the parser accepts. Responses are described loosely (an object,
+or an SSE stream) except errors, which always have the OpenAI error shape. The worker
+admin API (``/workers``) is left out: it is for operators, not for API clients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic.json_schema import models_json_schema
+
+from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
+
+_REF = "#/components/schemas/{model}"
+# Refused on purpose (400 unsupported_content_part); not part of the described contract.
+_UNDOCUMENTED = {"_UnsupportedPart"}
+ERROR_STATUSES = {
+    "400": "Invalid request (bad JSON, field, media or pairing)",
+    "404": "Unknown model",
+    "413": "Body or media above a configured limit",
+    "429": "Admission control: queue full or in-flight media budget; see Retry-After",
+    "500": "Worker or gateway failure",
+    "502": "Upstream returned something unusable",
+    "503": "No worker available, or the gateway is draining; see Retry-After",
+    "504": "Request timeout",
+}
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": "string"},
+            },
+        }
+    },
+}
+SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
+}
+
+
+def _strip_undocumented(node: Any) -> Any:
+    """Drop every ``oneOf`` branch that points at an undocumented model."""
+    if isinstance(node, dict):
+        out = {k: _strip_undocumented(v) for k, v in node.items()}
+        if "oneOf" in out:
+            out["oneOf"] = [
+                branch
+                for branch in out["oneOf"]
+                if not (
+                    isinstance(branch, dict)
+                    and branch.get("$ref", "").rsplit("/", 1)[-1] in _UNDOCUMENTED
+                )
+            ]
+        return out
+    if isinstance(node, list):
+        return [_strip_undocumented(v) for v in node]
+    return node
+
+
+def _request_schemas(model_id: str | None) -> dict[str, Any]:
+    _, top = models_json_schema(
+        [(ChatCompletionRequest, "validation"), (CompletionRequest, "validation")],
+        ref_template=_REF,
+    )
+    schemas = {k: v for k, v in top["$defs"].items() if k not in _UNDOCUMENTED}
+    schemas = _strip_undocumented(schemas)
+    if model_id is not None:
+        # The one model this gateway serves; any other name is a 404.
+        for name in ("ChatCompletionRequest", "CompletionRequest"):
+            schemas[name]["properties"]["model"]["enum"] = [model_id]
+    schemas["Error"] = ERROR_SCHEMA
+    return schemas
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _generation(summary: str, body: str) -> dict[str, Any]:
+    error = {"$ref": _REF.format(model="Error")}
+    responses: dict[str, Any] = {
+        "200": {
+            "description": "The completion (JSON), or with stream=true a server-sent event stream",
+            "content": {
+                **_json({"type": "object"}),
+                # One schema per event: each is a JSON chunk, an error, or "[DONE]".
+                "text/event-stream": {"schema": SSE_EVENT},
+            },
+        }
+    }
+    for status, text in ERROR_STATUSES.items():
+        responses[status] = {"description": text, "content": _json(error)}
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {"required": True, "content": _json({"$ref": _REF.format(model=body)})},
+            "responses": responses,
+        }
+    }
+
+
+def _get(summary: str, content: dict[str, Any], extra: dict[str, Any] | None = None) -> dict:
+    responses = {"200": {"description": summary, "content": content}, **(extra or {})}
+    return {"get": {"summary": summary, "responses": responses}}
+
+
+def openapi_document(model_id: str | None, version: str) -> dict[str, Any]:
+    """The OpenAPI 3.1 description of the client-facing routes."""
+    any_object = _json({"type": "object"})
+    unavailable = {"503": {"description": "No healthy worker, or draining", "content": any_object}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Tandem gateway", "version": version},
+        "paths": {
+            "/v1/chat/completions": _generation("Chat completion", "ChatCompletionRequest"),
+            "/v1/completions": _generation("Text completion", "CompletionRequest"),
+            "/v1/models": _get("The served model", any_object),
+            "/health": _get("Healthy: workers available", any_object, unavailable),
+            "/metrics": _get("Prometheus metrics", {"text/plain": {"schema": {"type": "string"}}}),
+        },
+        "components": {"schemas": _request_schemas(model_id)},
+    }

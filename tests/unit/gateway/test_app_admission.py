@@ -1,0 +1,104 @@
+"""Admission control through the real HTTP app: 429 with Retry-After, 413, 503 when
+draining, and every slot and pixel byte given back however a request ends."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from gateway_app_fakes import chat_body, client, make_gateway, wait_until
+
+from tandem.errors import make_error
+
+CHAT = "/v1/chat/completions"
+
+
+async def test_queue_full_is_429_with_retry_after(qwen_dir: Path) -> None:
+    state, dispatcher = make_gateway(qwen_dir, max_concurrent_requests=1, max_queued_requests=1)
+    dispatcher.gate = asyncio.Event()
+    async with client(state) as http:
+        first = asyncio.ensure_future(http.post(CHAT, json=chat_body()))
+        await wait_until(lambda: dispatcher.arrived == 1)
+        queued = asyncio.ensure_future(http.post(CHAT, json=chat_body()))
+        await wait_until(lambda: state.admission.queued == 1)
+        refused = await http.post(CHAT, json=chat_body())
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["code"] == "too_many_requests"
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        dispatcher.gate.set()
+        answers = await asyncio.wait_for(asyncio.gather(first, queued), 10)
+    assert [a.status_code for a in answers] == [200, 200]
+    assert state.admission.running == 0 and state.admission.queued == 0
+
+
+async def test_streams_hold_their_slot_until_the_end(qwen_dir: Path) -> None:
+    state, _ = make_gateway(qwen_dir, max_concurrent_requests=1, max_queued_requests=0)
+    async with client(state) as http:
+        answer = await http.post(CHAT, json=chat_body(stream=True))
+        assert answer.status_code == 200
+        assert answer.text.rstrip().endswith("data: [DONE]")
+        assert state.admission.running == 0
+        # The slot came back: the next request gets in.
+        assert (await http.post(CHAT, json=chat_body(stream=True))).status_code == 200
+
+
+async def test_pixel_budget_429_then_413(qwen_dir: Path) -> None:
+    state, dispatcher = make_gateway(qwen_dir, mm_max_inflight_bytes=0)
+    async with client(state) as http:
+        assert (await http.post(CHAT, json=chat_body(images=1))).status_code == 200
+        (one_image,) = dispatcher.pixel_bytes
+        assert one_image > 0 and state.pixel_budget.used == 0
+        state.pixel_budget.limit = one_image + one_image // 2  # room for one image, not two
+        dispatcher.gate = asyncio.Event()
+        holding = asyncio.ensure_future(http.post(CHAT, json=chat_body(images=1)))
+        await wait_until(lambda: dispatcher.arrived == 2)
+        assert state.pixel_budget.used == one_image
+        busy = await http.post(CHAT, json=chat_body(images=1))
+        assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
+        assert busy.json()["error"]["code"] == "multimodal_inflight_budget"
+        # Text requests hold no pixels: admitted while the budget is full.
+        text = asyncio.ensure_future(http.post(CHAT, json=chat_body()))
+        await wait_until(lambda: dispatcher.arrived == 3)
+        dispatcher.gate.set()
+        answers = await asyncio.wait_for(asyncio.gather(holding, text), 10)
+        assert [a.status_code for a in answers] == [200, 200]
+        assert state.pixel_budget.used == 0
+        # Two images can never fit, even on an idle gateway.
+        too_big = await http.post(CHAT, json=chat_body(images=2))
+        assert too_big.status_code == 413 and "retry-after" not in too_big.headers
+        assert too_big.json()["error"]["code"] == "multimodal_payload_too_large"
+        assert state.pixel_budget.used == 0 and state.admission.running == 0
+
+
+async def test_failed_requests_give_everything_back(qwen_dir: Path) -> None:
+    state, dispatcher = make_gateway(qwen_dir, max_concurrent_requests=1)
+    dispatcher.fail = make_error("no_available_workers", "none")
+    async with client(state) as http:
+        for stream in (False, True):
+            answer = await http.post(CHAT, json=chat_body(images=1, stream=stream))
+            assert answer.status_code == 503
+            assert state.admission.running == 0 and state.pixel_budget.used == 0
+        bad = await http.post(CHAT, content=b"{not json")
+        assert bad.status_code == 400 and state.admission.running == 0
+
+
+async def test_declared_oversized_body_is_413_before_queueing(qwen_dir: Path) -> None:
+    state, _ = make_gateway(qwen_dir, max_payload_size=4096, max_concurrent_requests=1)
+    held = await state.admission.acquire(5)  # the gateway is full
+    async with client(state) as http:
+        answer = await http.post(CHAT, content=b"x" * 5000)
+    assert answer.status_code == 413 and state.admission.queued == 0
+    held.release()
+
+
+async def test_draining_refuses_new_work_with_503(qwen_dir: Path) -> None:
+    state, dispatcher = make_gateway(qwen_dir)
+    state.draining = True
+    async with client(state) as http:
+        answer = await http.post(CHAT, json=chat_body())
+        health = await http.get("/health")
+    assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+    assert answer.json()["error"]["code"] == "shutting_down"
+    assert health.status_code == 503
+    assert dispatcher.arrived == 0
