@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tandem.gateway.config import MM_PROCESSING_MODES, PD_DISPATCH_MODES, GatewayConfig
 from tandem.log import setup_logging
-from tandem.media import MediaPolicy
+from tandem.media.flags import add_media_flags, media_policy_from_args
 
 
 def _urls(values: list[str] | None) -> list[str]:
@@ -31,9 +31,7 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--served-model-name", default=None)
     p.add_argument("--mm-processing", choices=MM_PROCESSING_MODES, default="auto")
     p.add_argument("--mm-per-request-image-limit", type=int, default=8)
-    p.add_argument("--mm-allow-private-media-hosts", action="store_true")
-    p.add_argument("--mm-allowed-media-domains", nargs="*", default=[])
-    p.add_argument("--allowed-local-media-path", type=Path, default=None)
+    add_media_flags(p)
     p.add_argument("--max-payload-size", type=int, default=64 << 20)
     p.add_argument("--request-timeout-secs", type=float, default=300.0)
     p.add_argument("--max-retries", type=int, default=2)
@@ -67,11 +65,7 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
-    media = MediaPolicy(
-        allow_private_hosts=args.mm_allow_private_media_hosts,
-        allowed_domains=tuple(args.mm_allowed_media_domains),
-        allowed_local_path=args.allowed_local_media_path,
-    )
+    media = media_policy_from_args(args)
     return GatewayConfig(
         host=args.host,
         port=args.port,

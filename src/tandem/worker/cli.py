@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from pathlib import Path
 
 from tandem.log import setup_logging
-from tandem.media import MediaPolicy
+from tandem.media.flags import add_media_flags, media_policy_from_args
 from tandem.worker.config import ENGINES, KV_CONNECTORS, ROLES, WorkerConfig
 
 
@@ -24,9 +23,7 @@ def add_worker_parser(commands: argparse._SubParsersAction) -> None:
         help="load no vision tower; report supports_vision=false",
     )
     p.add_argument("--mm-processor", choices=("inprocess", "off"), default="inprocess")
-    p.add_argument("--allowed-local-media-path", type=Path, default=None)
-    p.add_argument("--mm-allow-private-media-hosts", action="store_true")
-    p.add_argument("--mm-allowed-media-domains", nargs="*", default=[])
+    add_media_flags(p)
     p.add_argument("--kv-lease-secs", type=float, default=30.0)
     p.add_argument("--kv-connector", choices=KV_CONNECTORS, default="TandemConnector")
     p.add_argument("--prefix-cache-bytes", type=int, default=64 << 20)
@@ -48,11 +45,7 @@ def add_worker_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> WorkerConfig:
-    media = MediaPolicy(
-        allow_private_hosts=args.mm_allow_private_media_hosts,
-        allowed_domains=tuple(args.mm_allowed_media_domains),
-        allowed_local_path=args.allowed_local_media_path,
-    )
+    media = media_policy_from_args(args)
     return WorkerConfig(
         model=args.model,
         served_model_name=args.served_model_name,
