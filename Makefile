@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test lint install clean
+.PHONY: serve test test-vllm lint install clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,13 @@ install: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# Compatibility lane: Tandem's gateway in front of real vLLM CPU workers, and smg (the
+# reference gateway) in front of Tandem's workers. vLLM and smg live in their own virtualenvs
+# under ~/.cache/tandem (built on first use, reused after), never in .venv.
+test-vllm: $(STAMP)
+	$(PY) -m tests.compat.vllm_env
+	$(PY) -m pytest -q -p no:cacheprovider tests/compat
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

@@ -88,7 +88,8 @@ TINY_QWEN3_VL = BuiltinSpec(
             "num_hidden_layers": 2,
             "num_attention_heads": 4,
             "num_key_value_heads": 2,
-            "head_dim": 16,
+            # 32 is the smallest head size vLLM's CPU attention kernels accept.
+            "head_dim": 32,
             "max_position_embeddings": 4096,
             "rms_norm_eps": 1e-6,
             "initializer_range": INIT_STD,
@@ -98,7 +99,7 @@ TINY_QWEN3_VL = BuiltinSpec(
             "rope_parameters": {
                 "rope_type": "default",
                 "rope_theta": 5000000.0,
-                "mrope_section": [2, 3, 3],
+                "mrope_section": [4, 6, 6],
                 "mrope_interleaved": True,
             },
         },
@@ -186,9 +187,11 @@ TINY_LLAVA = BuiltinSpec(
             "hidden_size": 64,
             "intermediate_size": 128,
             "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "head_dim": 16,
+            # head_dim = hidden_size / heads = 32, the smallest head size vLLM's CPU
+            # attention kernels accept.
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 32,
             "max_position_embeddings": 4096,
             "rms_norm_eps": 1e-5,
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},

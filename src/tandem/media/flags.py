@@ -16,6 +16,12 @@ def add_media_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--mm-allowed-media-domains", nargs="*", default=[])
     parser.add_argument("--allowed-local-media-path", type=Path, default=None)
+    parser.add_argument(
+        "--mm-jpeg-draft",
+        action="store_true",
+        help="decode large JPEGs at a reduced scale (>= 2x the resize target): faster, "
+        "but pixels differ slightly from the model's own image processor",
+    )
 
 
 def media_policy_from_args(args: argparse.Namespace) -> MediaPolicy:
@@ -23,4 +29,5 @@ def media_policy_from_args(args: argparse.Namespace) -> MediaPolicy:
         allow_private_hosts=args.mm_allow_private_media_hosts,
         allowed_domains=tuple(args.mm_allowed_media_domains),
         allowed_local_path=args.allowed_local_media_path,
+        jpeg_draft=args.mm_jpeg_draft,
     )

@@ -35,6 +35,10 @@ class MediaPolicy:
     max_redirects: int = 5
     # Decompression-bomb cap on declared width*height, checked before pixels are decoded.
     max_image_pixels: int = 8192 * 8192
+    # Decode large JPEGs at 1/2, 1/4 or 1/8 scale (still >= 2x the preprocessor's resize
+    # target): about half the CPU of decode + resize, but pixel values then differ slightly
+    # from the checkpoint's processor, so it is opt-in.
+    jpeg_draft: bool = False
 
     def __post_init__(self) -> None:
         # Normalise so that matching is a plain comparison later; frozen dataclasses allow

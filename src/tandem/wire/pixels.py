@@ -27,20 +27,66 @@ _LENGTH_DELIMITED = 2
 
 @dataclass(slots=True)
 class PixelPayload:
-    """A pixel tensor already in its wire layout (C order, little-endian, wire dtype)."""
+    """A pixel tensor already in its wire layout (C order, little-endian, wire dtype).
+
+    A *raw* payload holds the resized uint8 pixels plus the table that normalizes them
+    (``normalize_lut``, float32 ``[C, 256]``): a worker that normalizes on device
+    (vLLM's ``mm_device_do_normalize``) gets it as is, every other worker gets the
+    normalized values in ``normalized_dtype`` (:meth:`for_worker`).
+    """
 
     array: np.ndarray
     shape: tuple[int, ...]
     dtype: str
+    normalize_lut: np.ndarray | None = None
+    normalized_dtype: str = "float32"
 
     @classmethod
     def from_array(cls, array: np.ndarray, dtype: str = "float32") -> PixelPayload:
         payload, wire = wire_payload(array, dtype)
         return cls(payload, tuple(int(d) for d in array.shape), wire)
 
+    @classmethod
+    def raw(cls, array: np.ndarray, lut: np.ndarray, normalized_dtype: str) -> PixelPayload:
+        if array.dtype != np.uint8:
+            raise ValueError(f"raw pixels must be uint8, got {array.dtype}")
+        payload = cls.from_array(array, "uint8")
+        payload.normalize_lut, payload.normalized_dtype = lut, normalized_dtype
+        return payload
+
     @property
     def nbytes(self) -> int:
         return int(self.array.nbytes)
+
+    def for_worker(self, device_normalizes: bool) -> PixelPayload:
+        """The payload a worker gets: raw where it normalizes on device, else normalized.
+
+        A worker that normalizes on device would normalize already-normalized values a
+        second time, so a payload that is not raw cannot go to it.
+        """
+        if self.normalize_lut is None:
+            if device_normalizes:
+                raise ValueError("this worker normalizes pixels itself and needs raw uint8")
+            return self
+        if device_normalizes:
+            return self
+        values = normalize_raw(self.array.reshape(self.shape), self.normalize_lut)
+        return PixelPayload.from_array(values, self.normalized_dtype)
+
+
+def normalize_raw(raw: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """float32 pixels from raw uint8 ones: ``lut[c][value]`` per channel (bit-exact).
+
+    ``raw`` is in a processor's output layout, where the channel is the outermost axis
+    after the first (patches ``[N, C*T*P*P]`` or images ``[n, C, H, W]``).
+    """
+    channels = lut.shape[0]
+    out = np.empty(raw.shape, dtype=np.float32)
+    source = raw.reshape(raw.shape[0], channels, -1)
+    target = out.reshape(raw.shape[0], channels, -1)
+    for c in range(channels):
+        np.take(lut[c], source[:, c], out=target[:, c], mode="clip")
+    return out
 
 
 def _varint(value: int) -> bytes:

@@ -150,7 +150,12 @@ def decode_tensor(tensor: TensorData) -> np.ndarray:
         # An empty tensor whose other dimensions are huge: numpy cannot index that shape.
         raise TensorCodecError(f"TensorData shape {shape} cannot be represented: {exc}") from None
     if tensor.dtype == "bfloat16":
-        return bfloat16_bits_to_float32(view)
+        try:
+            return bfloat16_bits_to_float32(view)
+        except ValueError as exc:  # empty, but widening to 4 bytes overflows numpy's size
+            raise TensorCodecError(
+                f"TensorData shape {shape} cannot be represented: {exc}"
+            ) from None
     return view
 
 

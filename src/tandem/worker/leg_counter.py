@@ -1,7 +1,7 @@
 """Count what each PD leg brings to this worker: message bytes and pixel bytes.
 
-Used by the null engine's worker (``--engine null``) so that benchmarks read bytes on
-the wire at the worker, whichever gateway sent them. The counters join the worker's
+Every worker uses it, so that benchmarks and compatibility tests read bytes on the wire at
+the worker, whichever gateway sent them. The counters join the worker's
 ``tandem.kv.KvTransfer/Stats`` answer as ``leg_bytes``.
 """
 

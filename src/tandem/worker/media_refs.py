@@ -72,7 +72,8 @@ class MediaRefsProcessor:
         return ProcessedMedia(ids, media)
 
     def _decode_and_preprocess(self, blobs: list[bytes]):
-        images = [decode_image(blob, self.policy) for blob in blobs]
+        target = self.processor.resize_target
+        images = [decode_image(blob, self.policy, target) for blob in blobs]
         return self.processor.preprocess(images)
 
 

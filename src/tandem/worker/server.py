@@ -23,7 +23,6 @@ from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient, KvChannelServer
 from tandem.worker.leg_counter import CountingServicer
 from tandem.worker.media_refs import MediaRefsProcessor
-from tandem.worker.servicer import WorkerServicer
 
 log = logging.getLogger("tandem.worker")
 
@@ -54,8 +53,9 @@ class WorkerServer:
         self.kv_client = KvChannelClient(shape)
         self.server = grpc.aio.server(options=GRPC_OPTIONS)
         self.port = self.server.add_insecure_port(f"{config.host}:{config.port}")
-        servicer_class = CountingServicer if null else WorkerServicer
-        self.servicer = servicer_class(
+        # Every worker counts what each PD leg brings it (bytes, pixel bytes): cheap, and
+        # how benchmarks and compatibility tests see what a gateway put on each leg.
+        self.servicer = CountingServicer(
             config, self.info, self.engine, refs, self.kv_client, (config.host, self.port)
         )
         pb_grpc.add_VllmEngineServicer_to_server(self.servicer, self.server)

@@ -244,6 +244,14 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
         for chunk in info.tokenizer_chunks(self._archive):
             yield chunk
 
+    async def SubscribeKvEvents(self, request, context) -> None:
+        # Tandem publishes no KV cache events. smg subscribes to every worker at
+        # registration; the generated base method answers UNIMPLEMENTED too, but by raising
+        # NotImplementedError, which grpc logs at ERROR with a traceback on each worker.
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, "Tandem workers publish no KV cache events"
+        )
+
     def stats(self) -> dict[str, Any]:
         """Counters for the side channel's Stats call and tests."""
         engine, cache, store = self.engine, self.engine.prefix_cache, self.engine.kv_store

@@ -31,11 +31,16 @@ def expand_and_assemble(
     *,
     pixel_dtype: str = "float32",
     out: MultimodalInputs | None = None,
+    device_normalizes: bool = False,
 ) -> tuple[list[int], MultimodalInputs]:
-    """As :func:`expand_and_assemble_detached`, with the pixels written into the batch."""
-    expanded, batch, pixels = expand_and_assemble_detached(
+    """As :func:`expand_and_assemble_detached`, with the pixels written into the batch.
+
+    ``device_normalizes``: the batch is for a worker that wants raw uint8 pixels.
+    """
+    expanded, batch, detached = expand_and_assemble_detached(
         input_ids, processed, info, pixel_dtype=pixel_dtype, out=out
     )
+    pixels = detached.for_worker(device_normalizes)
     target = batch.pixel_values
     target.shape.extend(pixels.shape)
     target.dtype = pixels.dtype
@@ -95,7 +100,11 @@ def expand_and_assemble_detached(
     batch.keep_on_cpu_keys.extend(keep_on_cpu)
     # The pixels stay outside the message (see tandem.wire.pixels): the batch is the
     # pixel-free identity, and the payload is written once, when the leg is sent.
-    return expanded, batch, PixelPayload.from_array(processed.take_pixels(), wire_dtype)
+    lut = processed.normalize_lut
+    pixels = processed.take_pixels()
+    if lut is not None:  # raw uint8: normalized per worker when a leg is sent
+        return expanded, batch, PixelPayload.raw(pixels, lut, wire_dtype)
+    return expanded, batch, PixelPayload.from_array(pixels, wire_dtype)
 
 
 def write_tensor(target: TensorData, array: np.ndarray, dtype: str | None = None) -> None:

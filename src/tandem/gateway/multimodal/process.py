@@ -50,13 +50,14 @@ class ProcessedImages:
     gateway never holds the pixels twice for the rest of the request (DESIGN invariant 3).
     """
 
-    pixel_values: np.ndarray | None
+    pixel_values: np.ndarray | None  # raw uint8 when normalize_lut is set
     tokens_per_image: list[int]
     grids: dict[str, np.ndarray]  # e.g. image_grid_thw, int64 [n, 3]
     patches_per_image: np.ndarray | None  # int64 [n] for flat pixel layouts, else None
     hashes: list[str]  # BLAKE3 hex of each item's encoded bytes
     encoded_bytes: list[int]  # size of each item as fetched
     timings: MediaTimings = field(default_factory=MediaTimings)
+    normalize_lut: np.ndarray | None = None  # see PreprocessedImages.normalize_lut
 
     def __len__(self) -> int:
         return len(self.tokens_per_image)
@@ -129,6 +130,7 @@ async def process_images(
         hashes=hashes,
         encoded_bytes=[len(f.data) for f in fetched],
         timings=timings,
+        normalize_lut=preprocessed.normalize_lut,
     )
 
 
@@ -143,11 +145,14 @@ def _decode_preprocess_hash(
     # the event loop.
     started = time.perf_counter()
     hashes = [media_hash(item.data) for item in fetched]
-    images = [decode_image(item.data, policy) for item in fetched]
+    images = [decode_image(item.data, policy, processor.resize_target) for item in fetched]
     decoded = time.perf_counter()
     timings.decode_s = decoded - started
     try:
-        preprocessed = processor.preprocess(images)
+        # Raw uint8 pixels: a quarter of the float32 bytes while the request is in flight,
+        # and what workers that normalize on device need; others get them normalized
+        # (bit-exactly) when their leg is sent (PixelPayload.for_worker).
+        preprocessed = processor.preprocess(images, raw=True)
     finally:
         for image in images:
             image.close()

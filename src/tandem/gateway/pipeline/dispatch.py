@@ -70,7 +70,12 @@ def send(
     timeout_s: float,
     pixels: PixelPayload | None = None,
 ) -> GenerateStream:
-    """Start the call; the request (and ``pixels``) are serialized before this returns."""
+    """Start the call; the request (and ``pixels``) are serialized before this returns.
+
+    Raw pixels are normalized here for a worker that does not normalize on device.
+    """
+    if pixels is not None:
+        pixels = pixels.for_worker(worker.device_normalizes)
     return registry.client(worker.url).generate(request, timeout=timeout_s, pixels=pixels)
 
 

@@ -19,6 +19,7 @@ SUPPORTS_VISION_LABEL = "supports_vision"
 MM_PROCESSOR_LABEL = "mm_processor"
 MM_MEDIA_REF_SCHEMES_LABEL = "mm_media_ref_schemes"
 KV_CONNECTOR_LABEL = "kv_connector"
+DEVICE_NORMALIZE_LABEL = "mm_device_do_normalize"
 
 
 @dataclass(slots=True)
@@ -50,6 +51,11 @@ class Worker:
     def media_ref_schemes(self) -> frozenset[str]:
         raw = self.labels.get(MM_MEDIA_REF_SCHEMES_LABEL, "")
         return frozenset(s.strip().lower() for s in raw.split(",") if s.strip())
+
+    @property
+    def device_normalizes(self) -> bool:
+        """The worker rescales/normalizes pixels in the model: it needs raw uint8 pixels."""
+        return self.labels.get(DEVICE_NORMALIZE_LABEL) == "true"
 
     @property
     def kv_connector(self) -> str:

@@ -21,6 +21,7 @@ from tandem.gateway.multimodal import (
     process_images,
 )
 from tandem.media import MediaPolicy
+from tandem.wire.pixels import normalize_raw
 from tandem.wire.proto import GenerateRequest, Modality, MultimodalInputs
 from tandem.wire.tensors import decode_tensor
 
@@ -71,9 +72,12 @@ async def test_http_and_data_images_are_processed_and_hashed(
     t = processed.timings
     assert t.fetch_s > 0 and t.decode_s > 0 and t.preprocess_s > 0
     # Same tensors as the processor gives for the same images directly.
-    direct = model.processor.preprocess([Image.open(io.BytesIO(b)) for b in (SMALL, LARGE)])
-    assert processed.pixel_values is not None
+    # Raw uint8 until a leg is sent (see test_assembled_batch_has_the_vllm_layout).
+    images = [Image.open(io.BytesIO(b)) for b in (SMALL, LARGE)]
+    direct = model.processor.preprocess(images, raw=True)
+    assert processed.pixel_values is not None and processed.pixel_values.dtype == np.uint8
     assert np.array_equal(processed.pixel_values, direct.pixel_values)
+    assert np.array_equal(processed.normalize_lut, direct.normalize_lut)
     assert processed.tokens_per_image == direct.tokens_per_image
 
 
@@ -83,7 +87,11 @@ async def test_assembled_batch_has_the_vllm_layout(
     urls = [origin.serve("/a.png", SMALL), origin.serve("/b.png", LARGE)]
     ids = model.prompt_ids(urls)
     processed = await _process(model, urls, open_policy)
-    pixels = processed.pixel_values
+    raw, lut = processed.pixel_values, processed.normalize_lut
+    assert raw is not None and lut is not None
+    pixels = normalize_raw(raw, lut)  # what a worker that does not normalize itself gets
+    normalized = model.processor.preprocess([Image.open(io.BytesIO(b)) for b in (SMALL, LARGE)])
+    assert np.array_equal(pixels, normalized.pixel_values)
     tokens, hashes = list(processed.tokens_per_image), list(processed.hashes)
     expanded, batch = expand_and_assemble(ids, processed, model.info)
 
@@ -140,8 +148,8 @@ async def test_pixel_wire_dtype_can_be_narrowed(
 ) -> None:
     urls = [data_url(SMALL)]
     processed = await _process(qwen, urls, open_policy)
-    pixels = processed.pixel_values
-    assert pixels is not None
+    assert processed.pixel_values is not None and processed.normalize_lut is not None
+    pixels = normalize_raw(processed.pixel_values, processed.normalize_lut)
     _, batch = expand_and_assemble(qwen.prompt_ids(urls), processed, qwen.info, pixel_dtype=dtype)
     tensor = batch.pixel_values
     assert tensor.dtype == wire and list(tensor.shape) == list(pixels.shape)
@@ -246,3 +254,22 @@ async def test_processor_of_another_family_is_refused(
         await process_images(
             plan_images([data_url(SMALL)]), qwen.info, llava.processor, open_policy
         )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bf16"])
+async def test_workers_that_normalize_on_device_get_raw_uint8(
+    qwen: Model, open_policy: MediaPolicy, dtype: str
+) -> None:
+    """vLLM's ``mm_device_do_normalize``: the model rescales and normalizes, so normalized
+    values would be normalized twice; the worker gets the resized uint8 pixels instead."""
+    urls = [data_url(SMALL)]
+    processed = await _process(qwen, urls, open_policy)
+    raw = processed.pixel_values
+    assert raw is not None
+    ids = qwen.prompt_ids(urls)
+    _, batch = expand_and_assemble(
+        ids, processed, qwen.info, pixel_dtype=dtype, device_normalizes=True
+    )
+    assert batch.pixel_values.dtype == "uint8"
+    assert np.array_equal(decode_tensor(batch.pixel_values), raw)
+    assert batch.model_specific_tensors["image_grid_thw"].dtype == "int64"
