@@ -65,6 +65,13 @@ def assert_answers(client: openai.OpenAI, engines: Engines, reference: dict) -> 
         assert ask(client, engines.model, *case) == reference[i], f"case {i}: {case[0]}"
 
 
+def _assert_worker_path_refused(client: openai.OpenAI, engines: Engines) -> None:
+    """LLaVA's placeholder run is not expandable by a vLLM worker: no worker path."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(client, engines.model, TEXTS[0], IMAGES[0])
+    assert caught.value.body["code"] == "multimodal_worker_processing_unsupported_model"
+
+
 # --- stage 1: the aggregated vLLM worker ------------------------------------------------
 
 
@@ -73,11 +80,8 @@ def test_router_path_matches_vllms_own_image_processing(engines: Engines, refere
     answer vLLM gives when it processes the image itself (worker path, ``media_refs``)."""
     client = engines.client("agg-worker")
     if engines.model == "tiny-llava-1.5":
-        # LLaVA's placeholder run is not expandable by a vLLM worker: no worker path. Its
-        # pixels are checked against Tandem's own engine in the agreement test instead.
-        with pytest.raises(openai.BadRequestError) as caught:
-            ask(client, engines.model, TEXTS[0], IMAGES[0])
-        assert caught.value.body["code"] == "multimodal_worker_processing_unsupported_model"
+        # Its pixels are checked against Tandem's own engine in the agreement test instead.
+        _assert_worker_path_refused(client, engines)
         return
     assert_answers(client, engines, reference)
 
@@ -145,9 +149,7 @@ def test_pd_streaming_matches_the_aggregated_worker(engines: Engines, reference:
 def test_pd_worker_path_relays_media_identity(engines: Engines, reference: dict) -> None:
     client = engines.client("pd-worker")
     if engines.model == "tiny-llava-1.5":
-        with pytest.raises(openai.BadRequestError) as caught:
-            ask(client, engines.model, TEXTS[0], IMAGES[0])
-        assert caught.value.body["code"] == "multimodal_worker_processing_unsupported_model"
+        _assert_worker_path_refused(client, engines)
         return
     prefill, decode = engines["prefill"], engines["decode"]
     before = prefill.log_count("media_refs=1")

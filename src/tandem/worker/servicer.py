@@ -244,7 +244,7 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
         for chunk in info.tokenizer_chunks(self._archive):
             yield chunk
 
-    async def SubscribeKvEvents(self, request, context) -> None:
+    async def SubscribeKvEvents(self, request: Any, context: grpc.aio.ServicerContext) -> None:
         # Tandem publishes no KV cache events. smg subscribes to every worker at
         # registration; the generated base method answers UNIMPLEMENTED too, but by raising
         # NotImplementedError, which grpc logs at ERROR with a traceback on each worker.
