@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.procs import free_port
 from tests.integration.processes import LIVE, Proc, start, wait_ready
 
 from .vllm_env import ensure_vllm_venv
@@ -39,14 +40,6 @@ HOST = "127.0.0.1"
 READY_LINE = "gRPC server started on"
 START_TIMEOUT_S = 420.0  # a cold start on a loaded 2-core machine; ≈ 50 s when quiet
 NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu"}
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 @dataclass
