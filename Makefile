@@ -23,7 +23,7 @@ test: $(STAMP)
 # under ~/.cache/tandem (built on first use, reused after), never in .venv.
 test-vllm: $(STAMP)
 	$(PY) -m tests.compat.vllm_env
-	$(PY) -m pytest -q -p no:cacheprovider tests/compat
+	$(PY) -m pytest -q -p no:cacheprovider --durations=8 tests/compat
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

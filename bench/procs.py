@@ -8,6 +8,7 @@ first use and reused; it is never a dependency of Tandem. Every process is start
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -70,10 +71,38 @@ def smg_version() -> str:
     return match.group(1) if match else "unknown"
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, for a child process to bind later.
+
+    Picked outside the kernel's ephemeral range: a port from ``bind(0)`` can be handed to
+    another process's own ``bind(0)`` or outgoing connection between our close and the
+    child's bind (CI saw a vLLM engine die of "Address already in use" that way).
+    """
+    low, high = _ephemeral_range()
+    pool = range(20000, low) if low > 21000 else range(high + 1, 65536)
+    for _ in range(200):
+        port = random.choice(pool)
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in {pool}")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def wait_port_free(port: int, timeout: float = 30.0) -> None:

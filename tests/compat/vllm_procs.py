@@ -139,10 +139,12 @@ def _pump_until_ready(worker: VllmWorker) -> None:
 
 def start_gateway(workers: dict[str, VllmWorker], *extra: str) -> Proc:
     """A Tandem gateway over ``{"both": w}`` (aggregated) or ``{"prefill", "decode"}``."""
-    # Health checks every 30 s: a vLLM engine on two busy cores can miss a 5 s probe
-    # twice in a row, and the tests are about answers, not about ejecting workers.
+    # Patient health checks: on two cores busy-waiting vLLM engines can keep a worker's
+    # servicer from answering a 2 s probe for a minute (CI saw both workers ejected while a
+    # NIXL fetch stalled), and these tests are about answers, not about ejecting workers.
     args = ["gateway", "--host", HOST, "--port", "0", "--log-level", "info", *extra]
-    args += ["--health-check-interval-secs", "30"]
+    args += ["--health-check-interval-secs", "30", "--health-check-timeout-secs", "20"]
+    args += ["--health-failure-threshold", "3"]
     if "both" in workers:
         args += ["--worker-urls", f"grpc://{workers['both'].address}"]
     else:

@@ -63,13 +63,20 @@ class Engines:
                 if gateway in self.gateways:
                     self.gateways.pop(gateway).stop()
             self.running.pop(name).stop()
-        fresh = [
-            start_vllm(n, self.dir, self.model, **ENGINES[n])
-            for n in names
-            if n not in self.running
-        ]
-        wait_all(*fresh)
-        self.running.update({w.name: w for w in fresh})
+        missing = [n for n in names if n not in self.running]
+        for attempt in range(2):
+            # One more try on fresh ports: an engine can lose a port it was given to another
+            # process binding an internal port at the same moment ("Address already in use").
+            fresh = [start_vllm(n, self.dir, self.model, **ENGINES[n]) for n in missing]
+            try:
+                wait_all(*fresh)  # stops all of them when one fails
+            except RuntimeError as failure:
+                if attempt:
+                    raise
+                print(f"vLLM start failed, trying once more: {str(failure)[:300]}")
+                continue
+            self.running.update({w.name: w for w in fresh})
+            return
 
     def embedded_worker(self) -> Proc:
         if self.embedded is None:

@@ -37,6 +37,18 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--max-retries", type=int, default=2)
     p.add_argument("--health-check-interval-secs", type=float, default=5.0)
     p.add_argument(
+        "--health-check-timeout-secs",
+        type=float,
+        default=2.0,
+        help="deadline of one HealthCheck call",
+    )
+    p.add_argument(
+        "--health-failure-threshold",
+        type=int,
+        default=2,
+        help="failed health checks in a row before a worker leaves the pool",
+    )
+    p.add_argument(
         "--multimodal-max-inflight-bytes",
         type=int,
         default=256 << 20,
@@ -86,6 +98,8 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         request_timeout_s=args.request_timeout_secs,
         max_retries=args.max_retries,
         health_interval_s=args.health_check_interval_secs,
+        health_timeout_s=args.health_check_timeout_secs,
+        health_failure_threshold=args.health_failure_threshold,
         mm_max_inflight_bytes=args.multimodal_max_inflight_bytes,
         max_concurrent_requests=args.max_concurrent_requests,
         max_queued_requests=args.max_queued_requests,

@@ -31,6 +31,8 @@ class GatewayConfig:
     request_timeout_s: float = 300.0
     max_retries: int = 2
     health_interval_s: float = 5.0
+    health_timeout_s: float = 2.0
+    health_failure_threshold: int = 2
     pd_dispatch: str = "sequential"
     wire_dtype: str = "float32"
     # Admission control (gateway/admission.py); 0 turns a bound off.
@@ -54,6 +56,10 @@ class GatewayConfig:
             raise ValueError("--request-timeout-secs must be positive")
         if self.mm_per_request_image_limit < 0:
             raise ValueError("--mm-per-request-image-limit must be >= 0")
+        if self.health_interval_s <= 0 or self.health_timeout_s <= 0:
+            raise ValueError("--health-check-interval-secs and -timeout-secs must be positive")
+        if self.health_failure_threshold < 1:
+            raise ValueError("--health-failure-threshold must be >= 1")
         if self.max_retries < 0:
             raise ValueError("--max-retries must be >= 0")
         if self.mm_max_inflight_bytes < 0:

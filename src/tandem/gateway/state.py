@@ -57,7 +57,12 @@ class GatewayState:
             self.dispatcher = PDDispatcher(self.registry, prefill_policy, decode_policy, config)
         else:
             self.dispatcher = AggregatedDispatcher(self.registry, policy, config)
-        self.health = HealthChecker(self.registry, interval_s=config.health_interval_s)
+        self.health = HealthChecker(
+            self.registry,
+            interval_s=config.health_interval_s,
+            timeout_s=config.health_timeout_s,
+            unhealthy_after=config.health_failure_threshold,
+        )
         self.health.start()
         if config.model_path is not None or len(self.registry):
             await self.ensure_model()

@@ -176,13 +176,33 @@ def test_gateway_flags_reach_the_config() -> None:
             "4",
             "--drain-timeout-secs",
             "5",
+            "--health-check-timeout-secs",
+            "7.5",
+            "--health-failure-threshold",
+            "4",
         ]
     )
     config = config_from_args(args)
+    assert (config.health_timeout_s, config.health_failure_threshold) == (7.5, 4)
     assert (config.mm_max_inflight_bytes, config.max_concurrent_requests) == (0, 3)
     assert (config.max_queued_requests, config.drain_timeout_s) == (4, 5.0)
     defaults = config_from_args(build_parser().parse_args(["gateway"]))
     assert defaults.mm_max_inflight_bytes == 256 << 20
     assert (defaults.max_concurrent_requests, defaults.max_queued_requests) == (256, 512)
+    assert (defaults.health_timeout_s, defaults.health_failure_threshold) == (2.0, 2)
     with pytest.raises(ValueError):
         GatewayConfig(max_queued_requests=-1)
+    with pytest.raises(ValueError):
+        GatewayConfig(health_failure_threshold=0)
+
+
+async def test_health_flags_reach_the_running_checker() -> None:
+    from tandem.gateway.state import GatewayState
+
+    state = GatewayState(GatewayConfig(health_timeout_s=9.0, health_failure_threshold=3))
+    await state.start()
+    try:
+        assert state.health is not None and state.health.running
+        assert (state.health.timeout_s, state.health.unhealthy_after) == (9.0, 3)
+    finally:
+        await state.stop()
