@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
@@ -86,6 +87,14 @@ async def serve(config: GatewayConfig, log_level: str = "info") -> None:
     async def startup(sockets: list[socket.socket] | None = None) -> None:
         await original_startup(sockets=sockets)
         # Printed once the socket is listening: scripts and tests wait for this line.
+        loop = type(asyncio.get_running_loop())
+        log.info(
+            "serving on http://%s:%d (event loop %s.%s)",
+            config.host,
+            port,
+            loop.__module__,
+            loop.__qualname__,
+        )
         print(f"TANDEM_GATEWAY_READY http://{config.host}:{port}", flush=True)
 
     server.startup = startup  # type: ignore[method-assign]

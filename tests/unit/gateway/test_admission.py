@@ -206,3 +206,13 @@ async def test_health_flags_reach_the_running_checker() -> None:
         assert (state.health.timeout_s, state.health.unhealthy_after) == (9.0, 3)
     finally:
         await state.stop()
+
+
+def test_event_loop_choice() -> None:
+    from tandem.cli import build_parser
+    from tandem.gateway.cli import use_uvloop
+
+    assert build_parser().parse_args(["gateway"]).event_loop == "auto"
+    assert use_uvloop("asyncio") is False
+    assert use_uvloop("auto") is True  # uvloop is a dependency on Linux
+    assert use_uvloop("uvloop") is True

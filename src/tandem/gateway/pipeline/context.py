@@ -32,6 +32,8 @@ class RequestContext:
     wire: GenerateRequest | None = None
     pixels: PixelPayload | None = None
     had_pixels: bool = False
+    # routing_ids() of the current wire request, copied out of protobuf once per request
+    _routing: tuple[GenerateRequest, list[int]] | None = None
 
     @property
     def stream(self) -> bool:
@@ -44,4 +46,6 @@ class RequestContext:
     def routing_ids(self) -> list[int]:
         """Token ids as the workers will see them (expanded on the router path)."""
         assert self.wire is not None
-        return list(self.wire.tokenized.input_ids)
+        if self._routing is None or self._routing[0] is not self.wire:
+            self._routing = (self.wire, list(self.wire.tokenized.input_ids))
+        return self._routing[1]

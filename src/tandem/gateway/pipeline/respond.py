@@ -72,7 +72,7 @@ class Collector:
             for i in range(ctx.n)
         ]
         self.streamed_by_worker = bool(ctx.wire and ctx.wire.stream)
-        self.prompt_tokens = len(ctx.routing_ids())
+        self.prompt_tokens = len(ctx.wire.tokenized.input_ids) if ctx.wire else 0
         self.cached_tokens = 0
         self.first_token_at: float | None = None
 

@@ -71,7 +71,11 @@ def test_image_before_text_diverges_at_the_image() -> None:
 
 def test_prompt_path_collapses_runs_and_validates() -> None:
     path = prompt_path(SelectionInput(token_ids=[1, PAD, PAD, 2], media_runs=[(1, 2, "h")]))
-    assert path == [(1, 1), (("mm", "h"), 2), (2, 1)]
+    assert path == [((1,), 1), (("mm", "h"), 2), ((2,), 1)]
+    tokens = list(range(40))
+    path = prompt_path(SelectionInput(token_ids=tokens, media_runs=[(20, 5, "h")]), block=16)
+    keys = [tuple(range(16)), tuple(range(16, 20)), ("mm", "h"), tuple(range(25, 40))]
+    assert path == [(k, 5 if k[0] == "mm" else len(k)) for k in keys]
     with pytest.raises(ValueError):
         prompt_path(SelectionInput(token_ids=[1, 2], media_runs=[(1, 5, "h")]))
     with pytest.raises(ValueError):
@@ -130,3 +134,15 @@ def test_empty_prompt_falls_back_to_least_loaded() -> None:
 def test_threshold_validated(threshold: float) -> None:
     with pytest.raises(ValueError):
         CacheAwarePolicy(threshold=threshold)
+
+
+def test_text_matches_in_whole_blocks_like_a_worker_cache() -> None:
+    (w,) = pool(1)
+    policy = CacheAwarePolicy()
+    policy.select([w], SelectionInput(token_ids=list(range(40))))
+    # Diverging at token 20: the first block (16) is shared, the second is not.
+    diverged = SelectionInput(token_ids=[*range(20), 999, *range(21, 40)])
+    assert policy.matched_tokens(w.url, diverged) == 16
+    assert policy.matched_tokens(w.url, SelectionInput(token_ids=list(range(40)))) == 40
+    # A prefix ending inside a block matches that block only when it is the same span.
+    assert policy.matched_tokens(w.url, SelectionInput(token_ids=list(range(36)))) == 32

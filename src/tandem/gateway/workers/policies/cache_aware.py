@@ -1,7 +1,11 @@
 """Cache-aware routing: send a request where its prompt prefix is probably cached.
 
 The policy keeps, per worker, an approximate prefix tree of the prompts it sent
-there. Text tokens are keyed by token id. An image's placeholder run is keyed by
+there. Text is keyed in blocks of ``BLOCK_TOKENS`` token ids, as the workers' own
+prefix caches are (a block is reusable only whole); the last, shorter block of a
+text span matches only when identical. Blocks rather than single tokens keep the
+tree walk short: a 1 000-token prompt is about 60 steps, not 1 000, which is most
+of the routing cost of a long prompt. An image's placeholder run is keyed by
 the image's hash as one edge weighing the run's length: every image of a given
 size expands to the *same* placeholder ids, so keying by ids would claim that two
 different images share a cached prefix (they do not: the worker's cache keys
@@ -23,8 +27,9 @@ from collections.abc import Hashable, Sequence
 from tandem.gateway.workers.policies.base import BasePolicy, SelectionInput
 from tandem.gateway.workers.worker import Worker
 
-Key = Hashable  # int token id, or ("mm", hash) for a whole image run
+Key = Hashable  # a tuple of token ids (one block), or ("mm", hash) for a whole image run
 Path = list[tuple[Key, int]]  # (key, weight in tokens)
+BLOCK_TOKENS = 16  # vLLM's default KV block size
 
 
 class _Node:
@@ -115,8 +120,8 @@ class PrefixTree:
         heapq.heapify(self._leaves)
 
 
-def prompt_path(request: SelectionInput) -> Path:
-    """Token ids as keys, each media run collapsed into one key carrying its hash."""
+def prompt_path(request: SelectionInput, block: int = BLOCK_TOKENS) -> Path:
+    """Text as blocks of token ids, each media run collapsed into one key carrying its hash."""
     tokens = request.token_ids
     path: Path = []
     pos = 0
@@ -126,11 +131,17 @@ def prompt_path(request: SelectionInput) -> Path:
                 f"media run ({offset}, {length}) overlaps another or leaves the "
                 f"{len(tokens)}-token prompt"
             )
-        path.extend((int(t), 1) for t in tokens[pos:offset])
+        _add_text(path, tokens, pos, offset, block)
         path.append((("mm", mm_hash), length))
         pos = offset + length
-    path.extend((int(t), 1) for t in tokens[pos:])
+    _add_text(path, tokens, pos, len(tokens), block)
     return path
+
+
+def _add_text(path: Path, tokens: Sequence[int], start: int, end: int, block: int) -> None:
+    for first in range(start, end, block):
+        key = tuple(tokens[first : min(first + block, end)])
+        path.append((key, len(key)))
 
 
 class CacheAwarePolicy(BasePolicy):
