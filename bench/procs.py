@@ -166,9 +166,9 @@ def pd_or_agg(urls: dict[str, str], scheme: str = "") -> list[str]:
     return ["--pd-disaggregation", "--prefill", prefill, "--decode", decode]
 
 
-def start_tandem(urls: dict[str, str], cpus: str) -> Proc:
+def start_tandem(urls: dict[str, str], cpus: str, *extra: str) -> Proc:
     argv = [sys.executable, "-m", "tandem.cli", "gateway", "--port", "0", "--host", HOST]
-    argv += ["--mm-processing", "router", "--log-level", "warning", *pd_or_agg(urls)]
+    argv += ["--mm-processing", "router", "--log-level", "warning", *pd_or_agg(urls), *extra]
     return wait_ready(_spawn("tandem", cpus, argv, READY))
 
 

@@ -38,19 +38,26 @@ def start_workers(cpus: str, delay_ms: float) -> dict[str, Proc]:
     return {role: wait_ready(proc) for role, proc in started.items()}
 
 
-def gateways_for(mode: str, workers: dict[str, Proc], cpus: str) -> tuple[dict, dict]:
+# Tandem with --mm-jpeg-draft: an opt-in trade (pixels within a few levels of the exact
+# ones) measured beside the default, on image scenarios only.
+DRAFT = "tandem-draft"
+
+
+def gateways_for(
+    mode: str, workers: dict[str, Proc], cpus: str, draft: bool = False
+) -> tuple[dict, dict]:
     roles = ("both",) if mode == "agg" else ("prefill", "decode")
     used = {r: workers[r] for r in roles}
     urls = {r: p.address for r, p in used.items()}
-    gws = {
-        "tandem": start_tandem(urls, cpus),
-        "smg": start_smg(urls, cpus, free_port(), free_port()),
-    }
+    gws = {"tandem": start_tandem(urls, cpus)}
+    if draft:
+        gws[DRAFT] = start_tandem(urls, cpus, "--mm-jpeg-draft")
+    gws["smg"] = start_smg(urls, cpus, free_port(), free_port())
     return gws, used
 
 
 def run_mode(mode: str, names: list[str], workers: dict, args, bodies: Path) -> dict:
-    gws, used = gateways_for(mode, workers, args.gateway_cpus)
+    gws, used = gateways_for(mode, workers, args.gateway_cpus, draft=not args.no_draft_variant)
     out: dict = {}
     try:
         for name in names:
@@ -59,7 +66,8 @@ def run_mode(mode: str, names: list[str], workers: dict, args, bodies: Path) -> 
                 continue
             body = write_body(scenario, bodies)
             res: dict = {}
-            for gw_name, gw in gws.items():
+            here = {n: g for n, g in gws.items() if n != DRAFT or scenario.images}
+            for gw_name, gw in here.items():
                 print(f"[bench] {name}/{mode}/{gw_name}: concurrency 1", flush=True)
                 c1 = measure.idle(gw, used, body, args.load_cpus, args.c1_seconds, scenario.images)
                 print(f"[bench]   p50 {c1['p50_ms']:.2f} ms; sweeping", flush=True)
@@ -69,7 +77,7 @@ def run_mode(mode: str, names: list[str], workers: dict, args, bodies: Path) -> 
                 }
                 print(f"[bench]   max {res[gw_name]['sweep']['max_rate']:.1f} req/s", flush=True)
             half = 0.5 * res["smg"]["sweep"]["max_rate"]
-            for gw_name, gw in gws.items():
+            for gw_name, gw in here.items():
                 if half > 0:
                     res[gw_name]["at_half_smg_max"] = measure.at_rate(
                         gw, body, args.load_cpus, half, args.point_seconds
@@ -165,6 +173,9 @@ def main() -> None:
     p.add_argument("--slow-tokens", type=int, default=50)
     p.add_argument("--rss-seconds", type=float, default=5.0)
     p.add_argument("--skip-rss", action="store_true")
+    p.add_argument(
+        "--no-draft-variant", action="store_true", help="skip Tandem with --mm-jpeg-draft"
+    )
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks"))
     args = p.parse_args()
     ensure_smg()
