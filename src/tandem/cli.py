@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from tandem.gateway.cli import add_gateway_parser
+from tandem.parent_watch import follow_parent
 from tandem.serve import add_serve_parser
 from tandem.worker.cli import add_worker_parser
 
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    follow_parent()  # a no-op unless `tandem serve` started us
     return int(args.run(args))
 
 

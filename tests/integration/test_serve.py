@@ -125,6 +125,18 @@ def test_serve_stops_everything_when_a_child_dies(model_cache: Path) -> None:
     assert_all_gone(proc, pids, ports(proc))
 
 
+def test_serve_killed_outright_takes_its_children_along(model_cache: Path) -> None:
+    """SIGKILL gives the launcher no chance to stop anything: the children must notice."""
+    proc = serve()
+    pids, bound = children(proc), ports(proc)
+    proc.popen.kill()
+    proc.popen.wait(10)
+    deadline = time.monotonic() + 30  # each child drains gracefully on its SIGTERM
+    while any(alive(pid) for pid in pids.values()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert_all_gone(proc, pids, bound)
+
+
 def test_serve_refuses_an_unknown_model_before_starting_anything(model_cache: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tandem.cli", "serve", "--port", "0", "--model", "no-such-model"],

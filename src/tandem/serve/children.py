@@ -17,6 +17,8 @@ import time
 from collections import deque
 from typing import TextIO
 
+from tandem.parent_watch import PARENT_ENV
+
 READY = re.compile(r"TANDEM_(?:WORKER|GATEWAY)_READY (\S+)")
 # Children already tag their log lines ("[worker:prefill] ", "[gateway] "); ours is more
 # precise (it numbers the workers), so theirs is dropped rather than printed twice.
@@ -55,7 +57,11 @@ class Child:
         self._pump: threading.Thread | None = None
 
     def start(self) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # lines must reach us as they happen
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",  # lines must reach us as they happen
+            PARENT_ENV: str(os.getpid()),  # the child ends with us, even if we are SIGKILLed
+        }
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "tandem.cli", *self.args],
             stdin=subprocess.DEVNULL,
