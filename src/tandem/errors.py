@@ -213,13 +213,27 @@ def grpc_status_to_http(code: grpc.StatusCode) -> int:
     return _GRPC_TO_HTTP.get(code, 500)
 
 
-def error_from_grpc(code: str, status: grpc.StatusCode, details: str | None) -> TandemError:
+# Trailing-metadata key under which a Tandem worker names the client error it refused a
+# request with (e.g. ``media_too_large`` on the media_refs path). Other workers never send
+# it; the gateway then answers with the leg's own code, as the reference does.
+WORKER_ERROR_CODE_KEY = "tandem-error-code"
+
+
+def error_from_grpc(
+    code: str, status: grpc.StatusCode, details: str | None, worker_code: str | None = None
+) -> TandemError:
     """Turn a worker's gRPC failure into the gateway error ``code`` with a mapped status.
 
-    A 503 whose message starts with ``sidecar_timeout`` is not retried: the
-    worker already waited its full budget, so another try would wait again.
+    ``worker_code`` (from :data:`WORKER_ERROR_CODE_KEY`) replaces ``code`` when it is a
+    catalogued client error and the status maps to a client error too: the same bad image
+    then gets the same code whether the gateway or the worker processed it. A 503 whose
+    message starts with ``sidecar_timeout`` is not retried: the worker already waited its
+    full budget, so another try would wait again.
     """
     http = grpc_status_to_http(status)
+    spec = ERROR_CATALOGUE.get(worker_code or "")
+    if spec is not None and spec.status < 500 and http < 500:
+        code = str(worker_code)
     text = details or status.name
     retryable = http in RETRYABLE_STATUSES and not text.startswith("sidecar_timeout")
     cls = _CLASS_BY_STATUS.get(http) or (ClientError if http < 500 else ServerError)

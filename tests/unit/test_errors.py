@@ -54,6 +54,18 @@ def test_worker_failure_keeps_mapped_status_and_retry_rule() -> None:
     assert sidecar.status == 503 and not sidecar.retryable
 
 
+def test_a_workers_client_error_code_replaces_the_legs_code_only_when_it_fits() -> None:
+    invalid, unavailable = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAVAILABLE
+    leg = "prefill_worker_failed_to_start"
+    named = error_from_grpc(leg, invalid, "image too big", "media_too_large")
+    assert (named.code, named.status) == ("media_too_large", 400)
+    # Unknown codes, server-side codes and a status that maps to 5xx keep the leg's code.
+    assert error_from_grpc(leg, invalid, "x", "no_such_code").code == leg
+    assert error_from_grpc(leg, invalid, "x", "internal_error").code == leg
+    assert error_from_grpc(leg, unavailable, "x", "media_too_large").code == leg
+    assert error_from_grpc(leg, invalid, "x", None).code == leg
+
+
 def test_catalogue_codes_build_their_category() -> None:
     err = make_error("pd_decode_missing_kv_transfer_params", "no params")
     assert isinstance(err, UpstreamError) and err.status == 502 and not err.retryable

@@ -3,9 +3,28 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
-from tandem.media.policy import MediaPolicy
+from tandem.media.policy import MediaPolicy, MiB
+
+_DEFAULTS = MediaPolicy()
+
+
+def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
+    """An argparse type that refuses zero and negative values with a clear message."""
+
+    def parse(raw: str) -> int | float:
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {raw}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error messages
+    return parse
 
 
 def add_media_flags(parser: argparse.ArgumentParser) -> None:
@@ -16,6 +35,39 @@ def add_media_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--mm-allowed-media-domains", nargs="*", default=[])
     parser.add_argument("--allowed-local-media-path", type=Path, default=None)
+    parser.add_argument(
+        "--mm-max-media-mb",
+        type=_positive(float),
+        default=_DEFAULTS.max_bytes / MiB,
+        help="encoded bytes per media item (HTTP body, data URL, file), in MiB",
+    )
+    parser.add_argument(
+        "--mm-fetch-connect-timeout-secs",
+        type=_positive(float),
+        default=_DEFAULTS.connect_timeout_s,
+    )
+    parser.add_argument(
+        "--mm-fetch-read-timeout-secs", type=_positive(float), default=_DEFAULTS.read_timeout_s
+    )
+    parser.add_argument(
+        "--mm-fetch-timeout-secs",
+        type=_positive(float),
+        default=_DEFAULTS.total_timeout_s,
+        help="one media item in total: DNS, every redirect hop and the body",
+    )
+    parser.add_argument(
+        "--mm-max-redirects",
+        type=int,
+        choices=range(0, 21),
+        metavar="0..20",
+        default=_DEFAULTS.max_redirects,
+    )
+    parser.add_argument(
+        "--mm-max-image-pixels",
+        type=_positive(int),
+        default=_DEFAULTS.max_image_pixels,
+        help="declared width*height above which an image is refused before decoding",
+    )
     parser.add_argument(
         "--mm-jpeg-draft",
         action="store_true",
@@ -29,5 +81,11 @@ def media_policy_from_args(args: argparse.Namespace) -> MediaPolicy:
         allow_private_hosts=args.mm_allow_private_media_hosts,
         allowed_domains=tuple(args.mm_allowed_media_domains),
         allowed_local_path=args.allowed_local_media_path,
+        max_bytes=max(1, round(args.mm_max_media_mb * MiB)),
+        connect_timeout_s=args.mm_fetch_connect_timeout_secs,
+        read_timeout_s=args.mm_fetch_read_timeout_secs,
+        total_timeout_s=args.mm_fetch_timeout_secs,
+        max_redirects=args.mm_max_redirects,
+        max_image_pixels=args.mm_max_image_pixels,
         jpeg_draft=args.mm_jpeg_draft,
     )

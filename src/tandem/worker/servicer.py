@@ -20,6 +20,7 @@ import grpc
 from tandem.engine.core import Engine
 from tandem.engine.request import EngineOutput, EngineRequest
 from tandem.engine.types import MediaInputs
+from tandem.errors import WORKER_ERROR_CODE_KEY
 from tandem.media import MediaError
 from tandem.models.info import ModelInfo
 from tandem.wire.kv_params import request_kv_params
@@ -35,9 +36,15 @@ log = logging.getLogger("tandem.worker")
 
 
 class RequestRefused(Exception):
-    def __init__(self, status: grpc.StatusCode, message: str) -> None:
+    """``code``: the catalogued client error behind the refusal, sent in trailing metadata."""
+
+    def __init__(self, status: grpc.StatusCode, message: str, code: str = "") -> None:
         super().__init__(message)
         self.status = status
+        self.code = code
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((WORKER_ERROR_CODE_KEY, self.code),) if self.code else ()
 
 
 @dataclass(slots=True)
@@ -83,7 +90,7 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
         try:
             plan = await self._plan(request, rid)
         except RequestRefused as exc:
-            await context.abort(exc.status, str(exc))
+            await context.abort(exc.status, str(exc), exc.trailing_metadata())
         try:
             async for response in self._run(request, plan):
                 yield response
@@ -106,7 +113,8 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
                 await handoff.release_quietly(self.kv_client, remote)
             retry = isinstance(exc, MediaError) and exc.retryable
             status = grpc.StatusCode.UNAVAILABLE if retry else grpc.StatusCode.INVALID_ARGUMENT
-            raise RequestRefused(status, str(exc)) from None
+            code = exc.code if isinstance(exc, MediaError) else ""
+            raise RequestRefused(status, str(exc), code) from None
         except Exception as exc:
             if remote is not None:
                 await handoff.release_quietly(self.kv_client, remote)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from tandem.errors import TandemError, error_from_grpc, make_error
+from tandem.errors import WORKER_ERROR_CODE_KEY, TandemError, error_from_grpc, make_error
 from tandem.gateway import metrics
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.multimodal.path import filter_media_ref_capable
@@ -86,7 +86,7 @@ async def first_frame(
     try:
         first = await anext(stream)
     except grpc.aio.AioRpcError as err:
-        raise error_from_grpc(error_code, err.code(), err.details()) from None
+        raise _from_rpc_error(error_code, err) from None
     except StopAsyncIteration:
         raise make_error(
             error_code, f"worker {worker.url} ended the stream without output"
@@ -114,7 +114,7 @@ async def relay(
         async for frame in stream:
             yield frame
     except grpc.aio.AioRpcError as err:
-        raise error_from_grpc(error_code, err.code(), err.details()) from None
+        raise _from_rpc_error(error_code, err) from None
     finally:
         await stream.aclose()
 
@@ -183,3 +183,10 @@ class AggregatedDispatcher:
                 close(False)  # a timeout, a client that left, a bug: settle the count
                 raise
             return OpenedStream(relay(stream, first, "worker_error"), close)
+
+
+def _from_rpc_error(error_code: str, err: grpc.aio.AioRpcError) -> TandemError:
+    worker_code = next(
+        (str(v) for k, v in err.trailing_metadata() or () if k == WORKER_ERROR_CODE_KEY), None
+    )
+    return error_from_grpc(error_code, err.code(), err.details(), worker_code)
