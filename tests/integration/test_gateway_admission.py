@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import signal
 from pathlib import Path
 
@@ -85,6 +86,46 @@ async def test_a_client_that_hangs_up_mid_stream_gives_its_slot_back(queue_gatew
     async with httpx.AsyncClient(timeout=60) as http:
         answer = await http.post(url, json=chat(MODEL, max_tokens=2))
     assert answer.status_code == 200
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "json"])
+async def test_a_client_that_hangs_up_before_the_first_token_gives_its_slot_back(
+    worker: Proc, queue_gateway: Proc, stream: bool
+):
+    """The worker hangs (SIGSTOP) and the client gives up: nothing waits for the deadline."""
+    url = f"{queue_gateway.address}/v1/chat/completions"
+    before = queue_gateway.count("Exception in ASGI application")
+    async with httpx.AsyncClient(timeout=60) as http:
+        with paused(worker):
+            waiting = asyncio.ensure_future(http.post(url, json=chat(MODEL, stream=stream)))
+            await eventually(lambda: metric(queue_gateway, "tandem_requests_running"))
+            waiting.cancel()  # the client closes its connection
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiting
+            # Long before --request-timeout-secs (300 s), with the worker still stopped.
+            await eventually(lambda: _zero(metric(queue_gateway, "tandem_requests_running")))
+    assert queue_gateway.count("Exception in ASGI application") == before
+    assert await metric(queue_gateway, "tandem_requests_total", code="client_disconnected") >= 1
+    async with httpx.AsyncClient(timeout=60) as http:
+        answer = await http.post(url, json=chat(MODEL, max_tokens=2))
+    assert answer.status_code == 200
+
+
+async def test_a_stream_whose_first_token_never_comes_ends_at_the_request_timeout(worker: Proc):
+    (gateway,) = start_all([gateway_args(worker, "--request-timeout-secs", "1")])
+    url = f"{gateway.address}/v1/chat/completions"
+    try:
+        async with httpx.AsyncClient(timeout=60) as http:
+            with paused(worker):
+                started = asyncio.get_running_loop().time()
+                answer = await http.post(url, json=chat(MODEL, stream=True))
+                waited = asyncio.get_running_loop().time() - started
+        assert answer.status_code == 504, answer.text
+        assert answer.json()["error"]["code"] == "request_timeout"
+        assert waited < 30  # bounded by the flag, not by the client's own 60 s
+        assert await metric(gateway, "tandem_requests_running") == 0
+    finally:
+        gateway.stop()
 
 
 async def _zero(value) -> bool:

@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -30,6 +30,7 @@ from tandem.gateway.api.responses import error_response, json_response
 from tandem.gateway.api.schemas import parse_chat_request, parse_completion_request
 from tandem.gateway.api.sse import sse_response
 from tandem.gateway.pipeline.context import RequestContext
+from tandem.gateway.pipeline.dispatch import OpenedStream
 from tandem.gateway.pipeline.media import prepare_media
 from tandem.gateway.pipeline.prompt import build_prompt
 from tandem.gateway.pipeline.respond import collect, stream_events
@@ -38,6 +39,7 @@ from tandem.gateway.state import GatewayState
 from tandem.gateway.workers_admin import admin_routes
 
 log = logging.getLogger("tandem.gateway")
+T = TypeVar("T")
 
 
 def check_declared_size(request: Request, limit: int) -> None:
@@ -85,7 +87,7 @@ def build_app(state: GatewayState) -> Starlette:
                 lease = state.pixel_budget.acquire(ctx.pixels.nbytes)
             assert state.dispatcher is not None
             if ctx.stream:
-                opened = await state.dispatcher.open(ctx)
+                opened = await _until_disconnect(request, open_within_timeout(ctx))
                 _released(lease)  # the first frame is back: the pixels have gone
                 events = _observed(stream_events(ctx, opened), route, started)
                 # The slot is held until the last byte is sent (or the client is gone).
@@ -138,10 +140,20 @@ def build_app(state: GatewayState) -> Starlette:
                 _released(lease)  # the first frame is back: the pixels have gone
                 return await collect(ctx, opened)
         except TimeoutError:
-            raise make_error(
-                "request_timeout",
-                f"no answer within --request-timeout-secs={state.config.request_timeout_s}",
-            ) from None
+            raise _timed_out("no answer") from None
+
+    async def open_within_timeout(ctx: RequestContext) -> OpenedStream:
+        """A stream's legs up to the first frame; the rest is bounded by the gRPC deadline."""
+        assert state.dispatcher is not None
+        try:
+            async with asyncio.timeout(state.config.request_timeout_s):
+                return await state.dispatcher.open(ctx)
+        except TimeoutError:
+            raise _timed_out("no first token") from None
+
+    def _timed_out(what: str) -> TandemError:
+        limit = state.config.request_timeout_s
+        return make_error("request_timeout", f"{what} within --request-timeout-secs={limit}")
 
     async def models(request: Request) -> Response:
         model = await state.ensure_model()
@@ -182,20 +194,32 @@ def build_app(state: GatewayState) -> Starlette:
     return Starlette(routes=routes, exception_handlers={404: not_found})
 
 
-async def _until_disconnect(request: Request, work: Awaitable[Any]) -> Any:
-    """Run ``work``; cancel it (and so abort the worker call) if the client goes away."""
+async def _until_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """Run ``work``; cancel it (and so abort the worker call) if the client goes away.
+
+    The client leaving surfaces as :class:`ClientDisconnect`, which the route answers
+    (for the log and metrics) with 499; a bare CancelledError would reach the server as
+    an application failure.
+    """
     task = asyncio.ensure_future(work)
+    gone = False
 
     async def watch() -> None:
+        nonlocal gone
         while True:
             message = await request.receive()
             if message["type"] == "http.disconnect":
+                gone = True
                 task.cancel()
                 return
 
     watcher = asyncio.ensure_future(watch())
     try:
         return await task
+    except asyncio.CancelledError:
+        if gone and task.cancelled():
+            raise ClientDisconnect() from None
+        raise
     finally:
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
