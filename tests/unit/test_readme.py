@@ -1,11 +1,14 @@
-"""The README's error and metrics tables list everything the code defines."""
+"""The README's flag, error and metrics tables list everything the code defines."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import prometheus_client
+import pytest
 
+from tandem.cli import build_parser
 from tandem.errors import ERROR_CATALOGUE
 from tandem.gateway import metrics
 
@@ -30,3 +33,21 @@ def test_every_metric_is_documented() -> None:
 
 def test_quickstart_shows_the_two_commands() -> None:
     assert "make serve" in README and "make test" in README
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    actions = build_parser()._actions
+    commands = next(a for a in actions if isinstance(a, argparse._SubParsersAction))
+    return dict(commands.choices)
+
+
+@pytest.mark.parametrize("command", sorted(_commands()))
+def test_every_flag_is_documented(command: str) -> None:
+    flags = [
+        option
+        for action in _commands()[command]._actions
+        for option in action.option_strings
+        if option.startswith("--") and option != "--help"
+    ]
+    missing = [flag for flag in flags if f"`{flag}" not in README and f" {flag}" not in README]
+    assert flags and not missing, missing
