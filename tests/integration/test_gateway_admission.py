@@ -73,6 +73,7 @@ async def test_a_full_queue_answers_429_with_retry_after(worker: Proc, queue_gat
 async def test_a_client_that_hangs_up_mid_stream_gives_its_slot_back(queue_gateway: Proc):
     url = f"{queue_gateway.address}/v1/chat/completions"
     body = chat(MODEL, stream=True, max_tokens=3000, ignore_eos=True)
+    left = await metric(queue_gateway, "tandem_requests_total", code="client_disconnected")
     async with (
         httpx.AsyncClient(timeout=60) as http,
         http.stream("POST", url, json=body) as response,
@@ -83,6 +84,9 @@ async def test_a_client_that_hangs_up_mid_stream_gives_its_slot_back(queue_gatew
                 break  # hang up while tokens are flowing
     assert await metric(queue_gateway, "tandem_requests_running") <= 1
     await eventually(lambda: _zero(metric(queue_gateway, "tandem_requests_running")))
+    # Counted as the client leaving, not as a 200.
+    gone = await metric(queue_gateway, "tandem_requests_total", code="client_disconnected")
+    assert gone == left + 1
     async with httpx.AsyncClient(timeout=60) as http:
         answer = await http.post(url, json=chat(MODEL, max_tokens=2))
     assert answer.status_code == 200

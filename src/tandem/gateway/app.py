@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -24,6 +22,7 @@ from starlette.routing import Route
 from tandem import __version__
 from tandem.errors import TandemError, make_error
 from tandem.gateway import metrics
+from tandem.gateway.access_log import REQUEST_ID_HEADER, RequestRecord
 from tandem.gateway.admission import PixelLease, Slot, rejected
 from tandem.gateway.api.openapi import openapi_document
 from tandem.gateway.api.responses import error_response, json_response
@@ -71,8 +70,9 @@ def build_app(state: GatewayState) -> Starlette:
     async def generate(
         request: Request, route: str, parse: Callable[[bytes], Any]
     ) -> Response | ReleaseAfter:
-        started = time.perf_counter()
         config = state.config
+        record = RequestRecord(route, enabled=config.access_log)
+        ctx: RequestContext | None = None
         slot: Slot | None = None
         lease: PixelLease | None = None
         try:
@@ -82,36 +82,42 @@ def build_app(state: GatewayState) -> Starlette:
             # Admitted before the body is read: a queued request holds no body, no pixels.
             slot = await state.admission.acquire(config.request_timeout_s)
             body = parse(await read_body(request, config.max_payload_size))
-            ctx = await prepare(body, route)
+            ctx = await prepare(body, route, record.request_id)
             if ctx.pixels is not None:
                 lease = state.pixel_budget.acquire(ctx.pixels.nbytes)
             assert state.dispatcher is not None
             if ctx.stream:
                 opened = await _until_disconnect(request, open_within_timeout(ctx))
                 _released(lease)  # the first frame is back: the pixels have gone
-                events = _observed(stream_events(ctx, opened), route, started)
+                events = _observed(stream_events(ctx, opened), ctx, record)
                 # The slot is held until the last byte is sent (or the client is gone).
-                held, slot = slot, None
-                return ReleaseAfter(sse_response(events), held.release)
+                held, slot, streamed = slot, None, ctx
+
+                def after_stream() -> None:
+                    held.release()
+                    # Only counts if the stream never started (a client gone before it).
+                    _finish(record, streamed, 499, "client_disconnected")
+
+                return ReleaseAfter(_tagged(sse_response(events), record), after_stream)
             answer = await _until_disconnect(request, run_to_answer(ctx, lease))
         except TandemError as err:
-            _record(route, err.status, err.code, started)
-            return _error_response(err)
+            _finish(record, ctx, err.status, err.code)
+            return _tagged(_error_response(err), record)
         except ClientDisconnect:
-            _record(route, 499, "client_disconnected", started)
+            _finish(record, ctx, 499, "client_disconnected")
             return Response(status_code=499)
         except Exception:
-            log.exception("unexpected failure on %s", route)
+            log.exception("unexpected failure on %s (%s)", route, record.request_id)
             err = make_error("internal_error", "internal error; see the gateway log")
-            _record(route, 500, err.code, started)
-            return error_response(err)
+            _finish(record, ctx, 500, err.code)
+            return _tagged(error_response(err), record)
         finally:
             _released(lease)
             _released(slot)
-        _record(route, 200, "", started)
-        return json_response(answer)
+        _finish(record, ctx, 200)
+        return _tagged(json_response(answer), record)
 
-    async def prepare(body: Any, route: str) -> RequestContext:
+    async def prepare(body: Any, route: str, request_id: str) -> RequestContext:
         model = await state.ensure_model()
         if model is None:
             raise make_error("no_available_workers", "no worker is registered yet")
@@ -119,7 +125,7 @@ def build_app(state: GatewayState) -> Starlette:
             raise make_error(
                 "model_not_found", f"model {body.model!r} is not served here", param="model"
             )
-        ctx = RequestContext(route, f"tandem-{uuid.uuid4().hex}", body, model, body.sampling())
+        ctx = RequestContext(route, request_id, body, model, body.sampling())
         build_prompt(ctx)
         build_wire_request(ctx)
         workers = state.registry.workers(model_id=model.model_id)
@@ -227,7 +233,7 @@ async def _until_disconnect(request: Request, work: Awaitable[T]) -> T:
 
 
 async def _observed(
-    events: AsyncIterator[dict[str, Any]], route: str, started: float
+    events: AsyncIterator[dict[str, Any]], ctx: RequestContext, record: RequestRecord
 ) -> AsyncIterator[dict[str, Any]]:
     status, code = 200, ""
     try:
@@ -236,8 +242,11 @@ async def _observed(
     except TandemError as err:
         status, code = err.status, err.code
         raise
+    except (asyncio.CancelledError, GeneratorExit):
+        status, code = 499, "client_disconnected"  # the client left mid-stream
+        raise
     finally:
-        _record(route, status, code, started)
+        _finish(record, ctx, status, code)
 
 
 class ReleaseAfter:
@@ -270,6 +279,17 @@ def _error_response(err: TandemError) -> Response:
     return response
 
 
-def _record(route: str, status: int, code: str, started: float) -> None:
-    metrics.REQUESTS.labels(route, str(status), code).inc()
-    metrics.REQUEST_SECONDS.labels(route).observe(time.perf_counter() - started)
+def _tagged(response: Response, record: RequestRecord) -> Response:
+    """The request id on every answer, so a client can quote it against the logs."""
+    response.headers[REQUEST_ID_HEADER] = record.request_id
+    return response
+
+
+def _finish(record: RequestRecord, ctx: RequestContext | None, status: int, code: str = "") -> None:
+    if ctx is not None:
+        record.stream = ctx.stream
+        record.images = len(ctx.image_urls)
+        record.prompt_tokens = ctx.prompt_tokens or len(ctx.prompt_ids)
+        record.completion_tokens = ctx.completion_tokens
+        record.workers = ctx.served_by
+    record.finish(status, code)

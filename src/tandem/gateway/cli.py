@@ -79,6 +79,12 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         help="auto: uvloop when installed (less gateway CPU per request than asyncio's loop)",
     )
     p.add_argument("--log-level", default="info")
+    p.add_argument(
+        "--no-access-log",
+        dest="access_log",
+        action="store_false",
+        help="no per-request log line (the request metrics stay)",
+    )
     p.set_defaults(run=run_gateway)
 
 
@@ -110,6 +116,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         max_concurrent_requests=args.max_concurrent_requests,
         max_queued_requests=args.max_queued_requests,
         drain_timeout_s=args.drain_timeout_secs,
+        access_log=args.access_log,
     )
 
 

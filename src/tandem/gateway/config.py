@@ -40,6 +40,7 @@ class GatewayConfig:
     max_concurrent_requests: int = 256
     max_queued_requests: int = 512
     drain_timeout_s: float = 30.0
+    access_log: bool = True  # one INFO line per generation request (access_log.py)
 
     def __post_init__(self) -> None:
         if self.mm_processing not in MM_PROCESSING_MODES:

@@ -53,6 +53,7 @@ class PDDispatcher:
         attempt = 0
         while True:
             pair = self._pair(ctx, tried)
+            ctx.served_by = [f"prefill={pair.prefill.url}", f"decode={pair.decode.url}"]
             try:
                 if self._can_parallel(ctx, pair):
                     pixels, ctx.pixels = ctx.pixels, None
@@ -101,6 +102,7 @@ class PDDispatcher:
         assert ctx.wire is not None and not has_mm_inputs(ctx.wire)
         subrequests = fanout_requests(ctx.wire, width)
         pairs = [self._pair(ctx, set()) for _ in subrequests]
+        ctx.served_by = [f"prefill={p.prefill.url}+decode={p.decode.url}" for p in pairs]
         timeout = self.config.request_timeout_s
         tasks = [
             asyncio.ensure_future(open_parallel(sub, pair, self.registry, timeout))

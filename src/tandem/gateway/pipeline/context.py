@@ -32,6 +32,10 @@ class RequestContext:
     wire: GenerateRequest | None = None
     pixels: PixelPayload | None = None
     had_pixels: bool = False
+    # what the access log reports: the legs that served it, the usage the answer carried
+    served_by: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
     # routing_ids() of the current wire request, copied out of protobuf once per request
     _routing: tuple[GenerateRequest, list[int]] | None = None
 

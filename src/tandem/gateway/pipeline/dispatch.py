@@ -160,6 +160,7 @@ class AggregatedDispatcher:
             pool = candidates(self.registry, ctx, "regular", tried)
             worker = pick(self.policy, pool, ctx, "worker")
             close = claim(worker, self.policy, ctx)
+            ctx.served_by = [worker.url]
             timeout = self.config.request_timeout_s
             try:
                 stream = send(self.registry, worker, ctx.wire, timeout, ctx.pixels)
