@@ -15,6 +15,7 @@ from typing import Any
 
 import openai
 from tests.integration.processes import Proc, start, wait_ready
+from tests.integration.wire_helpers import image_data_url
 
 from tandem.engine.builtin import resolve_model
 
@@ -108,23 +109,42 @@ class Engines:
         roles, _ = GATEWAYS[name]
         return {"prefill"} if "prefill" in roles and "prefill" in self.running else set()
 
-    def _first_handshake(self, name: str, attempts: int = 6) -> None:
+    def _first_handshake(self, name: str, patience_s: float = 240.0) -> None:
         """Let a new vLLM prefill/decode pair complete its first NIXL handshake.
 
         vLLM's decode engine waits 5 s (a fixed ZMQ receive timeout) for the prefill
         engine's side channel on first contact; when that reply is late, vLLM fails that
         one request (finish_reason "error", logged as ``handshake_failed``) and handshakes
         again on the next. One text request, retried, settles it before outputs are compared.
+
+        The first image a vLLM decode engine meets costs its gRPC process a one-time set-up
+        that blocked it for up to 75 s on two busy cores, long enough for its own HTTP/2
+        keepalive to drop the connection ("ping_timeout" GOAWAY, a 503 for that request).
+        Where the pair serves router-side images, an image request, retried, pays for that too.
         """
+        roles, mode = GATEWAYS[name]
+        warm_ups = [messages("warm up", None)]
+        if mode == "router" and roles.get("decode") == "decode":
+            warm_ups.append(messages("warm up", image_data_url(99, (32, 32))))
         client = _client(self.gateways[name].address)
-        for _ in range(attempts):
-            reply = client.chat.completions.create(
-                model=self.model, messages=messages("warm up", None), max_tokens=2, temperature=0
-            )
-            if reply.choices[0].finish_reason == "length":
-                return
-            time.sleep(2)
-        raise AssertionError(f"{name}: the vLLM pair never completed a request")
+        for warm_up in warm_ups:
+            # Patient: a stalled engine may also have been taken out of the gateway's pool
+            # by its health checks for a while (a 503 until the next good check).
+            deadline, last = time.monotonic() + patience_s, ""
+            while True:
+                try:
+                    reply = client.chat.completions.create(
+                        model=self.model, messages=warm_up, max_tokens=2, temperature=0
+                    )
+                except openai.APIError as err:  # a vLLM-side failure: the next try may pass
+                    last = str(err)
+                else:
+                    if reply.choices[0].finish_reason == "length":
+                        break
+                    last = f"finish_reason {reply.choices[0].finish_reason}"
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{name}: the vLLM pair never completed a request: {last}")
+                time.sleep(3)
 
     def metric(self, gateway: str, name: str, **labels: str) -> float:
         with urllib.request.urlopen(f"{self.gateways[gateway].address}/metrics") as reply:
