@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 PARENT_ENV = "TANDEM_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
@@ -48,11 +49,9 @@ def _ask_kernel() -> bool:
 
 
 def _poll(parent: int) -> None:
-    stopped = threading.Event()
-    while not stopped.wait(_POLL_S):
-        if os.getppid() != parent:
-            _terminate_self()
-            return
+    while os.getppid() == parent:
+        time.sleep(_POLL_S)
+    _terminate_self()
 
 
 def _terminate_self() -> None:

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from tandem.gateway import metrics
+from tandem.gateway.pipeline.context import RequestContext
 
 log = logging.getLogger("tandem.gateway.access")
 
@@ -25,21 +26,15 @@ def new_request_id() -> str:
 
 @dataclass(slots=True)
 class RequestRecord:
-    """What the access line reports; the pipeline fills in what it learns on the way."""
+    """A request from its arrival; its context, once built, tells the rest of the line."""
 
     route: str
     enabled: bool = True  # --no-access-log: metrics only
     request_id: str = field(default_factory=new_request_id)
     started: float = field(default_factory=time.perf_counter)
-    stream: bool = False
-    images: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    # "url" (aggregated) or "prefill=url" / "decode=url" of the legs that served it
-    workers: list[str] = field(default_factory=list)
     _finished: bool = False
 
-    def finish(self, status: int, code: str = "") -> None:
+    def finish(self, status: int, code: str = "", ctx: RequestContext | None = None) -> None:
         """Count the request and write its line; only the first call counts."""
         if self._finished:
             return
@@ -47,17 +42,24 @@ class RequestRecord:
         elapsed = time.perf_counter() - self.started
         metrics.REQUESTS.labels(self.route, str(status), code).inc()
         metrics.REQUEST_SECONDS.labels(self.route).observe(elapsed)
-        if self.enabled and log.isEnabledFor(logging.INFO):
-            log.info(
-                "%s %d%s id=%s %.1fms stream=%s images=%d tokens=%d+%d workers=%s",
-                self.route,
-                status,
-                f" {code}" if code else "",
-                self.request_id,
-                elapsed * 1000,
-                "yes" if self.stream else "no",
-                self.images,
-                self.prompt_tokens,
-                self.completion_tokens,
-                ",".join(self.workers) or "-",
-            )
+        if not (self.enabled and log.isEnabledFor(logging.INFO)):
+            return
+        stream, images, prompt, completion, workers = False, 0, 0, 0, "-"
+        if ctx is not None:
+            stream, images, workers = ctx.stream, len(ctx.image_urls), ",".join(ctx.served_by)
+            usage = ctx.usage
+            prompt = usage.prompt_tokens if usage else len(ctx.prompt_ids)
+            completion = usage.completion_tokens if usage else 0
+        log.info(
+            "%s %d%s id=%s %.1fms stream=%s images=%d tokens=%d+%d workers=%s",
+            self.route,
+            status,
+            f" {code}" if code else "",
+            self.request_id,
+            elapsed * 1000,
+            "yes" if stream else "no",
+            images,
+            prompt,
+            completion,
+            workers or "-",
+        )

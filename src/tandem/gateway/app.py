@@ -96,25 +96,25 @@ def build_app(state: GatewayState) -> Starlette:
                 def after_stream() -> None:
                     held.release()
                     # Only counts if the stream never started (a client gone before it).
-                    _finish(record, streamed, 499, "client_disconnected")
+                    record.finish(499, "client_disconnected", streamed)
 
                 return ReleaseAfter(_tagged(sse_response(events), record), after_stream)
             answer = await _until_disconnect(request, run_to_answer(ctx, lease))
         except TandemError as err:
-            _finish(record, ctx, err.status, err.code)
+            record.finish(err.status, err.code, ctx)
             return _tagged(_error_response(err), record)
         except ClientDisconnect:
-            _finish(record, ctx, 499, "client_disconnected")
+            record.finish(499, "client_disconnected", ctx)
             return Response(status_code=499)
         except Exception:
             log.exception("unexpected failure on %s (%s)", route, record.request_id)
             err = make_error("internal_error", "internal error; see the gateway log")
-            _finish(record, ctx, 500, err.code)
+            record.finish(500, err.code, ctx)
             return _tagged(error_response(err), record)
         finally:
             _released(lease)
             _released(slot)
-        _finish(record, ctx, 200)
+        record.finish(200, ctx=ctx)
         return _tagged(json_response(answer), record)
 
     async def prepare(body: Any, route: str, request_id: str) -> RequestContext:
@@ -246,7 +246,7 @@ async def _observed(
         status, code = 499, "client_disconnected"  # the client left mid-stream
         raise
     finally:
-        _finish(record, ctx, status, code)
+        record.finish(status, code, ctx)
 
 
 class ReleaseAfter:
@@ -283,13 +283,3 @@ def _tagged(response: Response, record: RequestRecord) -> Response:
     """The request id on every answer, so a client can quote it against the logs."""
     response.headers[REQUEST_ID_HEADER] = record.request_id
     return response
-
-
-def _finish(record: RequestRecord, ctx: RequestContext | None, status: int, code: str = "") -> None:
-    if ctx is not None:
-        record.stream = ctx.stream
-        record.images = len(ctx.image_urls)
-        record.prompt_tokens = ctx.prompt_tokens or len(ctx.prompt_ids)
-        record.completion_tokens = ctx.completion_tokens
-        record.workers = ctx.served_by
-    record.finish(status, code)

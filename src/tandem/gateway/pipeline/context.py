@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from tandem.gateway.api.responses import Usage
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, SamplingSummary
 from tandem.gateway.model import ModelHandle
 from tandem.wire.pixels import PixelPayload
@@ -34,8 +35,7 @@ class RequestContext:
     had_pixels: bool = False
     # what the access log reports: the legs that served it, the usage the answer carried
     served_by: list[str] = field(default_factory=list)
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    usage: Usage | None = None
     # routing_ids() of the current wire request, copied out of protobuf once per request
     _routing: tuple[GenerateRequest, list[int]] | None = None
 

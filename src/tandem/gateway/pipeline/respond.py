@@ -108,11 +108,6 @@ class Collector:
         completion = sum(c.tokens for c in self.choices)
         return Usage(self.prompt_tokens, completion, self.cached_tokens)
 
-    def note_usage(self) -> None:
-        """Leave the usage on the context, for the access log (whatever the client asked)."""
-        self.ctx.prompt_tokens = self.prompt_tokens
-        self.ctx.completion_tokens = sum(c.tokens for c in self.choices)
-
     def _choice(self, index: int) -> Choice:
         if not 0 <= index < len(self.choices):
             raise ValueError(f"worker answered for choice {index} of {len(self.choices)}")
@@ -136,7 +131,7 @@ async def collect(ctx: RequestContext, opened: OpenedStream) -> dict[str, Any]:
                 break
         ok = True
     finally:
-        collector.note_usage()
+        ctx.usage = collector.usage()  # for the access log, whatever the client asked
         await opened.frames.aclose()
         opened.close(ok)
     choices = [
@@ -171,7 +166,7 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
                 break
         ok = True
     finally:
-        collector.note_usage()
+        ctx.usage = collector.usage()  # for the access log, whatever the client asked
         await opened.frames.aclose()
         opened.close(ok)
     if ctx.body.include_usage:
