@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 
 from bench.procs import Proc, cpu_seconds, http_get
+from tandem.hostport import split_url
 
 LOADGEN = Path(__file__).with_name("loadgen.py")
 P99_FACTOR = 5.0  # a rate passes while p99 < 5 x idle p99 ...
@@ -76,7 +77,7 @@ def _leg_delta(before: dict, after: dict, n: int) -> dict:
 def idle(
     gateway: Proc, workers: dict[str, Proc], body: Path, cpus: str, seconds: float, images: int
 ):
-    port = int(gateway.address.rsplit(":", 1)[1])
+    port = split_url(gateway.address, "http")[1]
     loadgen(cpus, port, body, mode="closed", concurrency=1, duration_s=1.0, max_requests=50)
     before = _snapshot(gateway, workers)
     c1 = loadgen(cpus, port, body, mode="closed", concurrency=1, duration_s=seconds)
@@ -97,7 +98,7 @@ def idle(
 
 def sweep(gateway: Proc, body: Path, cpus: str, idle_result: dict, seconds: float) -> dict:
     """Offered rates rising 1.5x from half the closed-loop rate until a point fails."""
-    port = int(gateway.address.rsplit(":", 1)[1])
+    port = split_url(gateway.address, "http")[1]
     limit_p99 = P99_FACTOR * (idle_result["p99_ms"] or 1.0)
     rate = max(0.5, 0.5 * 1000.0 / (idle_result["mean_ms"] or 1000.0))
     points, best, why = [], 0.0, "rate cap"
@@ -123,5 +124,5 @@ def sweep(gateway: Proc, body: Path, cpus: str, idle_result: dict, seconds: floa
 
 
 def at_rate(gateway: Proc, body: Path, cpus: str, rate: float, seconds: float) -> dict:
-    port = int(gateway.address.rsplit(":", 1)[1])
+    port = split_url(gateway.address, "http")[1]
     return loadgen(cpus, port, body, mode="open", rate=round(rate, 2), duration_s=seconds)

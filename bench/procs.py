@@ -20,6 +20,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tandem.hostport import join_host_port
+
 SMG_VERSION = "1.13.0"
 BENCH_HOME = Path(os.environ.get("TANDEM_BENCH_HOME", Path.home() / ".cache/tandem/bench"))
 SMG_VENV = BENCH_HOME / "smg-venv"
@@ -180,7 +182,7 @@ def start_smg(urls: dict[str, str], cpus: str, port: int, metrics_port: int) -> 
     argv += ["--mm-processing", "router", "--multimodal-tensor-transport", "inline"]
     argv += ["--mm-pixel-cache-mb", "0", "--log-level", "warn", *pd_or_agg(urls, "grpc://")]
     proc = _spawn("smg", cpus, argv, None)
-    proc.address = f"http://{HOST}:{port}"
+    proc.address = f"http://{join_host_port(HOST, port)}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if proc.popen.poll() is not None:

@@ -17,6 +17,7 @@ import time
 
 from bench.loadgen import HOST, Pool, read_response
 from bench.procs import rss_bytes, start_tandem, start_worker, wait_ready
+from tandem.hostport import split_url
 
 BODY = {
     "model": "tiny-qwen3-vl",
@@ -92,7 +93,7 @@ def main() -> None:
     decode = wait_ready(start_worker("decode", "1", 0.0, "tiny-qwen3-vl"))
     gateway = start_tandem({"prefill": prefill.address, "decode": decode.address}, "0")
     try:
-        port = int(gateway.address.rsplit(":", 1)[1])
+        port = split_url(gateway.address, "http")[1]
         result = asyncio.run(
             drive(port, args.seconds, args.rate, args.max_outstanding, gateway.pid)
         )

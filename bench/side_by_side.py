@@ -30,6 +30,7 @@ from bench.procs import (
     wait_ready,
 )
 from bench.scenarios import MODEL, SCENARIOS, write_body
+from tandem.hostport import split_url
 
 
 def start_workers(cpus: str, delay_ms: float) -> dict[str, Proc]:
@@ -90,7 +91,7 @@ def run_mode(mode: str, names: list[str], workers: dict, args, bodies: Path) -> 
 
 
 def rss_levels(gateway: Proc, body: Path, cpus: str, levels: list[int], seconds: float) -> dict:
-    port = int(gateway.address.rsplit(":", 1)[1])
+    port = split_url(gateway.address, "http")[1]
     baseline = rss_bytes(gateway.pid)
     points = []
     for level in levels:

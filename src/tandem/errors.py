@@ -7,6 +7,8 @@ status, and whether a retry on a freshly selected worker may succeed::
     TandemError                    code, status, retryable, message, param
     ├── ClientError                4xx: the request itself is wrong; never retried
     │   ├── BadRequest             400  (invalid_request, multimodal_*, pd_decode_…)
+    │   ├── Unauthorized           401  (invalid_api_key)
+    │   ├── Forbidden              403  (permission_denied, admin_api_disabled)
     │   ├── NotFound               404  (model_not_found, worker_not_found)
     │   ├── PayloadTooLarge        413  (payload_too_large, multimodal_payload_too_large)
     │   └── RateLimited            429  (multimodal_inflight_budget, too_many_requests)  retryable
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 
@@ -33,11 +35,16 @@ import grpc
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 
+# The PD leg whose worker a failure is charged to (its circuit breaker, its error metric).
+Leg = Literal["prefill", "decode"]
+
+
 @dataclass(frozen=True, slots=True)
 class ErrorSpec:
     status: int
     retryable: bool
     meaning: str
+    leg: Leg | None = None  # set for failures that are one PD leg's worker's fault
 
 
 # Every stable code the gateway or worker emits. Codes never change meaning;
@@ -49,6 +56,18 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     "model_not_found": ErrorSpec(404, False, "no worker serves the requested model"),
     "not_found": ErrorSpec(404, False, "unknown route"),
     "worker_not_found": ErrorSpec(404, False, "admin API: no such worker"),
+    # --- access control (gateway/auth.py) --------------------------------------------
+    "invalid_api_key": ErrorSpec(401, False, "missing or wrong API key (serving or admin API)"),
+    "permission_denied": ErrorSpec(403, False, "admin API: a user-role key on a write"),
+    "admin_api_disabled": ErrorSpec(
+        403, False, "admin API without --control-plane-api-keys: loopback gateway and client only"
+    ),
+    "worker_unreachable": ErrorSpec(
+        502, False, "admin API: the worker did not answer registration (details in the log)"
+    ),
+    "model_files_unavailable": ErrorSpec(
+        503, False, "the model's tokenizer, template or processor could not be loaded"
+    ),
     "payload_too_large": ErrorSpec(413, False, "request body above --max-payload-size"),
     # --- multimodal ------------------------------------------------------------
     "invalid_multimodal_request": ErrorSpec(400, False, "the model does not take media"),
@@ -58,7 +77,7 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     "multimodal_processing_failed": ErrorSpec(400, False, "media could not be fetched or decoded"),
     "multimodal_not_supported": ErrorSpec(400, False, "a modality or path the workers cannot take"),
     "multimodal_too_many_items": ErrorSpec(
-        400, False, "more images than --mm-per-request-image-limit"
+        400, False, "more images than --mm-per-request-image-limit (a worker's --mm-max-items)"
     ),
     "media_url_refused": ErrorSpec(400, False, "media URL scheme, host or path not allowed"),
     "media_too_large": ErrorSpec(400, False, "a media item above the byte cap"),
@@ -83,13 +102,16 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     "pd_decode_language_model_only_n_samples": ErrorSpec(
         400, False, "decode worker has no vision encoder and an image request asks n > 1"
     ),
+    # The prefill answered without the KV handoff it was asked for: its worker's fault.
     "pd_decode_missing_kv_transfer_params": ErrorSpec(
-        502, False, "an image decode leg without pixels got no KV handoff from prefill"
+        502, False, "an image decode leg without pixels got no KV handoff from prefill", "prefill"
     ),
-    "prefill_worker_failed_to_start": ErrorSpec(500, True, "prefill Generate call failed"),
-    "decode_worker_failed_to_start": ErrorSpec(500, True, "decode Generate call failed"),
-    "prefill_stream_error": ErrorSpec(500, True, "prefill stream failed while draining"),
-    "decode_stream_error": ErrorSpec(500, True, "decode stream failed mid-generation"),
+    "prefill_worker_failed_to_start": ErrorSpec(
+        500, True, "prefill Generate call failed", "prefill"
+    ),
+    "decode_worker_failed_to_start": ErrorSpec(500, True, "decode Generate call failed", "decode"),
+    "prefill_stream_error": ErrorSpec(500, True, "prefill stream failed while draining", "prefill"),
+    "decode_stream_error": ErrorSpec(500, True, "decode stream failed mid-generation", "decode"),
     "worker_error": ErrorSpec(500, True, "a worker call failed (aggregated mode)"),
     "no_compatible_pd_pair": ErrorSpec(503, True, "no prefill/decode pair can serve this"),
     "no_available_workers": ErrorSpec(503, True, "no healthy worker for the model"),
@@ -115,6 +137,7 @@ class TandemError(Exception):
         retryable: bool | None = None,
         param: str | None = None,
         retry_after: int | None = None,
+        leg: Leg | None = None,
     ) -> None:
         spec = ERROR_CATALOGUE.get(code)
         self.code = code
@@ -124,6 +147,8 @@ class TandemError(Exception):
             retryable = spec.retryable if spec else self.status in RETRYABLE_STATUSES
         self.retryable = retryable
         self.param = param
+        # Which PD leg's worker failed, if any: decides whose circuit breaker counts it.
+        self.leg = leg if leg is not None else (spec.leg if spec else None)
         # Seconds for a ``Retry-After`` header (load shedding: 429, 503 while draining).
         self.retry_after = retry_after
         super().__init__(message)
@@ -137,6 +162,14 @@ class ClientError(TandemError):
 
 
 class BadRequest(ClientError):
+    pass
+
+
+class Unauthorized(ClientError):
+    pass
+
+
+class Forbidden(ClientError):
     pass
 
 
@@ -174,6 +207,8 @@ class GatewayTimeout(ServerError):
 
 _CLASS_BY_STATUS: dict[int, type[TandemError]] = {
     400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
     404: NotFound,
     413: PayloadTooLarge,
     429: RateLimited,
@@ -226,16 +261,20 @@ def error_from_grpc(
 
     ``worker_code`` (from :data:`WORKER_ERROR_CODE_KEY`) replaces ``code`` when it is a
     catalogued client error and the status maps to a client error too: the same bad image
-    then gets the same code whether the gateway or the worker processed it. A 503 whose
+    then gets the same code, and that code's status (e.g. 413 for a request above the
+    worker's decoded-image budget), whether the gateway or the worker processed it. A 503 whose
     message starts with ``sidecar_timeout`` is not retried: the worker already waited its
-    full budget, so another try would wait again.
+    full budget, so another try would wait again; nor is a failure whose ``worker_code``
+    is catalogued as not retryable (a worker bug reported as ``internal_error``).
     """
     http = grpc_status_to_http(status)
     spec = ERROR_CATALOGUE.get(worker_code or "")
     if spec is not None and spec.status < 500 and http < 500:
-        code = str(worker_code)
+        code, http = str(worker_code), spec.status
     text = details or status.name
     retryable = http in RETRYABLE_STATUSES and not text.startswith("sidecar_timeout")
+    if spec is not None and not spec.retryable:
+        retryable = False  # the worker says why, and a retry elsewhere cannot help
     cls = _CLASS_BY_STATUS.get(http) or (ClientError if http < 500 else ServerError)
     return cls(code, text, status=http, retryable=retryable)
 

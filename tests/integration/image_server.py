@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import socket
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,15 +21,24 @@ def png_bytes(seed: int, size: tuple[int, int] = (64, 48)) -> bytes:
 
 
 class ImageServer:
-    """``/img/<seed>.png`` serves a seeded picture; anything else is a 404."""
+    """``/img/<seed>.png`` serves a seeded picture, a path in ``redirects`` answers 302 to its
+    target; anything else is a 404."""
 
     def __init__(self) -> None:
         self.hits: Counter[str] = Counter()
+        self.redirects: dict[str, str] = {}
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 server.hits[self.path] += 1
+                location = server.redirects.get(self.path)
+                if location is not None:
+                    self.send_response(302)
+                    self.send_header("Location", location)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 name = self.path.removeprefix("/img/").removesuffix(".png")
                 if not self.path.startswith("/img/") or not name.isdigit():
                     self.send_error(404)
@@ -46,8 +56,11 @@ class ImageServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
-    def url(self, seed: int) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/img/{seed}.png"
+    def url(self, seed: int, host: str = "127.0.0.1") -> str:
+        return self.path_url(f"/img/{seed}.png", host)
+
+    def path_url(self, path: str, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.httpd.server_address[1]}{path}"
 
     def __enter__(self) -> ImageServer:
         self.thread.start()
@@ -56,3 +69,40 @@ class ImageServer:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class ConnectionCounter:
+    """A TCP listener on 127.0.0.1 that counts the connections it accepts, then drops them.
+
+    Stands for an address the media policy refuses: a test asserts that it saw none.
+    """
+
+    def __init__(self) -> None:
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._sock.settimeout(0.05)
+        self.connections = 0
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    def url(self, path: str = "/secret.png") -> str:
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}{path}"
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            conn.close()
+
+    def __enter__(self) -> ConnectionCounter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopped.set()
+        self._thread.join(2)
+        self._sock.close()

@@ -15,6 +15,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tandem.media import MediaPolicy
+from tandem.models.image_batch import decode_cost
+from tandem.models.processor import load_processor
+
 from .gateway_probe import chat, eventually, metric, paused, sse_payloads
 from .image_server import png_bytes
 from .processes import Proc, start_all
@@ -136,23 +140,23 @@ async def _zero(value) -> bool:
     return await value == 0
 
 
-async def test_the_pixel_budget_answers_429_then_413(worker: Proc, queue_gateway: Proc):
-    # One small image's pixel bytes, as this model's processor makes them.
-    async with httpx.AsyncClient(timeout=60) as http:
-        ok = await http.post(f"{queue_gateway.address}/v1/chat/completions", json=image_chat())
-        assert ok.status_code == 200, ok.text
-    one = await metric(queue_gateway, "tandem_mm_tensor_bytes_total", kind="pixel")
-    assert one > 0
-    (gateway,) = start_all(
-        [gateway_args(worker, "--multimodal-max-inflight-bytes", str(int(one * 1.5)))]
-    )
+async def test_the_pixel_budget_answers_429_then_413(worker: Proc, qwen_dir: Path):
+    # One small image: while it is decoded it is charged its decode cost (from its header),
+    # then only its pixel tensor. The budget has room for one request's pixel tensor and
+    # less than one image being decoded (docs/operations.md, "Memory bounds for images").
+    png = png_bytes(1, (64, 48))
+    cost = decode_cost([png], MediaPolicy(), load_processor(qwen_dir), raw=True)
+    assert 0 < cost.outputs < cost.total
+    budget = cost.outputs + cost.total - 1
+    (gateway,) = start_all([gateway_args(worker, "--multimodal-max-inflight-bytes", str(budget))])
     url = f"{gateway.address}/v1/chat/completions"
     try:
         async with httpx.AsyncClient(timeout=60) as http:
             with paused(worker):
                 holding = asyncio.ensure_future(http.post(url, json=image_chat(seed=1)))
                 await eventually(lambda: metric(gateway, "tandem_mm_inflight_bytes"))
-                busy = await http.post(url, json=image_chat(seed=2))
+                # Refused at once: a request let in would wait for the stopped worker.
+                busy = await asyncio.wait_for(http.post(url, json=image_chat(seed=2)), 20)
                 assert busy.status_code == 429, busy.text
                 assert busy.headers["retry-after"] == "1"
                 assert busy.json()["error"]["code"] == "multimodal_inflight_budget"

@@ -19,6 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tandem.hostport import split_host_port
+
 from .gateway_probe import chat, eventually, metric, paused, sse_payloads
 from .processes import Proc, start_all
 from .wire_helpers import stats
@@ -177,7 +179,7 @@ async def test_a_hung_worker_times_out_leaves_the_pool_and_a_restart_brings_it_b
                 assert [await ask(http, i) for i in range(3)] == [200, 200, 200]
             # A restart: a fresh process on the same address, found by the health checks.
             hung.stop(signal.SIGKILL)
-            port = hung.address.rsplit(":", 1)[1]
+            port = str(split_host_port(hung.address)[1])
             (restarted,) = start_all([[*worker, "--port", port]])
 
             async def back() -> bool:

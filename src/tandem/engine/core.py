@@ -16,6 +16,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from tandem.engine.aborts import PendingAborts
 from tandem.engine.block_keys import block_keys
 from tandem.engine.kv_store import KvStore
 from tandem.engine.prefix_cache import PrefixCache
@@ -72,8 +73,7 @@ class Engine:
         self.block_size = block_size
         self.stats = EngineStats()
         self._inbox: queue.SimpleQueue[tuple[EngineRequest, Sink]] = queue.SimpleQueue()
-        self._aborted: set[str] = set()
-        self._abort_lock = threading.Lock()
+        self._aborted = PendingAborts()
         self._running: dict[str, _Running] = {}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tandem-engine", daemon=True)
@@ -106,8 +106,7 @@ class Engine:
         self._inbox.put((request, sink))
 
     def abort(self, request_id: str) -> None:
-        with self._abort_lock:
-            self._aborted.add(request_id)
+        self._aborted.add(request_id)
 
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         """Outputs of ``request`` as they come; cancelling the iteration aborts it."""
@@ -141,7 +140,7 @@ class Engine:
             request, sink = self._inbox.get(timeout=0.05) if block else self._inbox.get_nowait()
         except queue.Empty:
             return
-        if self._take_abort(request.request_id):
+        if self._aborted.take(request.request_id):
             self._finish_aborted_before_start(request, sink)
             return
         try:
@@ -151,25 +150,16 @@ class Engine:
             self.stats.count("error")
             sink(exc)
 
-    def _take_abort(self, request_id: str) -> bool:
-        with self._abort_lock:
-            if request_id in self._aborted:
-                self._aborted.discard(request_id)
-                return True
-        return False
-
     def _apply_aborts(self) -> None:
-        with self._abort_lock:
-            hits = [rid for rid in self._aborted if rid in self._running]
-            for rid in hits:
-                self._aborted.discard(rid)
-        for rid in hits:
+        for rid in self._aborted.take_any(self._running.keys()):
             running = self._running.pop(rid)
             self._release_export(running.request)
+            # Counted before the last frame goes out: a client may read the stats the
+            # moment it sees that frame.
+            self.stats.count("abort")
             for sample in running.samples:
                 if not sample.done:
                     self._emit(running, sample, [], "abort")
-            self.stats.count("abort")
 
     def _finish_aborted_before_start(self, request: EngineRequest, sink: Sink) -> None:
         self.stats.count("abort")

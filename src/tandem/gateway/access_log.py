@@ -30,6 +30,7 @@ class RequestRecord:
 
     route: str
     enabled: bool = True  # --no-access-log: metrics only
+    tenant: str | None = None  # named by the request's --tenant-api-key (gateway/auth.py)
     request_id: str = field(default_factory=new_request_id)
     started: float = field(default_factory=time.perf_counter)
     _finished: bool = False
@@ -51,7 +52,7 @@ class RequestRecord:
             prompt = usage.prompt_tokens if usage else len(ctx.prompt_ids)
             completion = usage.completion_tokens if usage else 0
         log.info(
-            "%s %d%s id=%s %.1fms stream=%s images=%d tokens=%d+%d workers=%s",
+            "%s %d%s id=%s %.1fms stream=%s images=%d tokens=%d+%d%s workers=%s",
             self.route,
             status,
             f" {code}" if code else "",
@@ -61,5 +62,6 @@ class RequestRecord:
             images,
             prompt,
             completion,
+            f" tenant={self.tenant}" if self.tenant else "",
             workers or "-",
         )

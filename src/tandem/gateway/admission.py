@@ -7,10 +7,11 @@ Two independent bounds keep the gateway's memory flat under overload:
   order, for a slot. Beyond that a request is refused at once with 429
   ``too_many_requests``: a queue that grows without end only turns overload into
   timeouts and memory.
-- :class:`PixelBudget`: the pixel-tensor bytes held by in-flight requests, between
-  preprocessing and the moment the pixels have gone to a worker. Over the budget → 429
-  ``multimodal_inflight_budget``; a single request above the whole budget could never
-  pass → 413 ``multimodal_payload_too_large``.
+- :class:`PixelBudget`: the image bytes held by in-flight requests: while their images are
+  decoded and preprocessed (charged from the image headers, before decoding), then their
+  pixel tensors until the pixels have gone to a worker (docs/operations.md, "Memory bounds
+  for images"). Over the budget → 429 ``multimodal_inflight_budget``; a single request
+  above the whole budget could never pass → 413 ``multimodal_payload_too_large``.
 
 Everything runs on the gateway's one event loop, so plain integers suffice. Both hand
 out leases whose ``release`` is idempotent, so every exit path may call it.
@@ -24,6 +25,7 @@ from collections import deque
 
 from tandem.errors import TandemError, make_error
 from tandem.gateway import metrics
+from tandem.media.budget import ByteBudget, ByteLease
 
 # Seconds a refused client is told to wait. Requests on these workers take from
 # milliseconds to seconds; one second spreads retries without idling capacity long.
@@ -133,50 +135,27 @@ class AdmissionQueue:
         metrics.REQUESTS_QUEUED.set(len(self._waiters))
 
 
-class PixelLease:
-    """Bytes held against a :class:`PixelBudget`; ``release`` returns them (once)."""
-
-    __slots__ = ("_budget", "nbytes")
-
-    def __init__(self, budget: PixelBudget, nbytes: int) -> None:
-        self._budget: PixelBudget | None = budget
-        self.nbytes = nbytes
-
-    def release(self) -> None:
-        budget, self._budget = self._budget, None
-        if budget is not None:
-            budget._give_back(self.nbytes)
+# A request's share of the PixelBudget (see tandem.media.budget).
+PixelLease = ByteLease
 
 
-class PixelBudget:
-    """Process-wide cap on in-flight pixel-tensor bytes. ``limit=0`` turns it off."""
+class PixelBudget(ByteBudget):
+    """Process-wide cap on in-flight image bytes. ``limit=0`` turns it off."""
 
-    def __init__(self, limit: int) -> None:
-        if limit < 0:
-            raise ValueError("limit must be >= 0")
-        self.limit = limit
-        self.used = 0
-
-    def acquire(self, nbytes: int) -> PixelLease:
-        """Hold ``nbytes`` or refuse: 413 if it can never fit, 429 if it does not fit now."""
-        if self.limit and nbytes > self.limit:
-            raise rejected(
+    def refuse(self, nbytes: int, *, ever: bool) -> Exception:
+        if ever:
+            return rejected(
                 "multimodal_payload_too_large",
-                f"the request's pixel tensors take {nbytes} bytes, more than "
-                f"--multimodal-max-inflight-bytes={self.limit}; send fewer or smaller images",
+                f"the request's images take {nbytes} bytes while decoded (one at a time) and "
+                f"preprocessed, more than --multimodal-max-inflight-bytes={self.limit}; send "
+                "fewer or smaller images",
                 "mm_too_large",
             )
-        if self.limit and self.used + nbytes > self.limit:
-            raise rejected(
-                "multimodal_inflight_budget",
-                f"in-flight image data is at --multimodal-max-inflight-bytes={self.limit}; "
-                "retry later",
-                "mm_inflight_bytes",
-            )
-        self.used += nbytes
-        metrics.MM_INFLIGHT_BYTES.set(self.used)
-        return PixelLease(self, nbytes)
+        return rejected(
+            "multimodal_inflight_budget",
+            f"in-flight image data is at --multimodal-max-inflight-bytes={self.limit}; retry later",
+            "mm_inflight_bytes",
+        )
 
-    def _give_back(self, nbytes: int) -> None:
-        self.used -= nbytes
+    def changed(self) -> None:
         metrics.MM_INFLIGHT_BYTES.set(self.used)

@@ -22,6 +22,7 @@ from starlette.routing import Route
 from tandem import __version__
 from tandem.errors import TandemError, make_error
 from tandem.gateway import metrics
+from tandem.gateway.access_control import access_middleware, tenant_of
 from tandem.gateway.access_log import REQUEST_ID_HEADER, RequestRecord
 from tandem.gateway.admission import PixelLease, Slot, rejected
 from tandem.gateway.api.openapi import openapi_document
@@ -31,7 +32,7 @@ from tandem.gateway.api.sse import sse_response
 from tandem.gateway.pipeline.context import RequestContext
 from tandem.gateway.pipeline.dispatch import OpenedStream
 from tandem.gateway.pipeline.media import prepare_media
-from tandem.gateway.pipeline.prompt import build_prompt
+from tandem.gateway.pipeline.prompt import prepare_prompt
 from tandem.gateway.pipeline.respond import collect, stream_events
 from tandem.gateway.pipeline.wire_request import build_wire_request
 from tandem.gateway.state import GatewayState
@@ -71,7 +72,7 @@ def build_app(state: GatewayState) -> Starlette:
         request: Request, route: str, parse: Callable[[bytes], Any]
     ) -> Response | ReleaseAfter:
         config = state.config
-        record = RequestRecord(route, enabled=config.access_log)
+        record = RequestRecord(route, enabled=config.access_log, tenant=tenant_of(request))
         ctx: RequestContext | None = None
         slot: Slot | None = None
         lease: PixelLease | None = None
@@ -82,9 +83,10 @@ def build_app(state: GatewayState) -> Starlette:
             # Admitted before the body is read: a queued request holds no body, no pixels.
             slot = await state.admission.acquire(config.request_timeout_s)
             body = parse(await read_body(request, config.max_payload_size))
-            ctx = await prepare(body, route, record.request_id)
-            if ctx.pixels is not None:
-                lease = state.pixel_budget.acquire(ctx.pixels.nbytes)
+            # Charged by the media stage before any image is decoded, then holding only
+            # the pixel tensor (docs/operations.md, "Memory bounds for images").
+            lease = state.pixel_budget.lease()
+            ctx = await prepare(body, route, record.request_id, lease)
             assert state.dispatcher is not None
             if ctx.stream:
                 opened = await _until_disconnect(request, open_within_timeout(ctx))
@@ -93,10 +95,13 @@ def build_app(state: GatewayState) -> Starlette:
                 # The slot is held until the last byte is sent (or the client is gone).
                 held, slot, streamed = slot, None, ctx
 
-                def after_stream() -> None:
+                async def after_stream() -> None:
                     held.release()
                     # Only counts if the stream never started (a client gone before it).
                     record.finish(499, "client_disconnected", streamed)
+                    # A stream that never started must still end its worker calls and
+                    # settle their in-flight counts (no-ops after a normal end).
+                    await opened.abandon()
 
                 return ReleaseAfter(_tagged(sse_response(events), record), after_stream)
             answer = await _until_disconnect(request, run_to_answer(ctx, lease))
@@ -117,7 +122,7 @@ def build_app(state: GatewayState) -> Starlette:
         record.finish(200, ctx=ctx)
         return _tagged(json_response(answer), record)
 
-    async def prepare(body: Any, route: str, request_id: str) -> RequestContext:
+    async def prepare(body: Any, route: str, request_id: str, lease: PixelLease) -> RequestContext:
         model = await state.ensure_model()
         if model is None:
             raise make_error("no_available_workers", "no worker is registered yet")
@@ -126,12 +131,12 @@ def build_app(state: GatewayState) -> Starlette:
                 "model_not_found", f"model {body.model!r} is not served here", param="model"
             )
         ctx = RequestContext(route, request_id, body, model, body.sampling())
-        build_prompt(ctx)
+        await prepare_prompt(ctx)
         build_wire_request(ctx)
         workers = state.registry.workers(model_id=model.model_id)
         timeout = state.config.request_timeout_s
         try:
-            await asyncio.wait_for(prepare_media(ctx, state.config, workers), timeout)
+            await asyncio.wait_for(prepare_media(ctx, state.config, workers, lease), timeout)
         except TimeoutError:
             raise make_error(
                 "request_timeout", f"media not ready within --request-timeout-secs={timeout}"
@@ -188,6 +193,12 @@ def build_app(state: GatewayState) -> Starlette:
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(make_error("not_found", f"no route {request.url.path}"))
 
+    async def coded(request: Request, exc: Exception) -> Response:
+        # A route without its own handling (e.g. /v1/models when the model files cannot
+        # be loaded) still answers with its code, never a bare 500.
+        assert isinstance(exc, TandemError)
+        return _error_response(exc)
+
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
@@ -197,7 +208,11 @@ def build_app(state: GatewayState) -> Starlette:
         Route("/openapi.json", openapi, methods=["GET"]),
         *admin_routes(state),
     ]
-    return Starlette(routes=routes, exception_handlers={404: not_found})
+    return Starlette(
+        routes=routes,
+        exception_handlers={404: not_found, TandemError: coded},
+        middleware=access_middleware(state.config),  # API keys: gateway/auth.py
+    )
 
 
 async def _until_disconnect(request: Request, work: Awaitable[T]) -> T:
@@ -256,7 +271,7 @@ class ReleaseAfter:
     before the first byte); this wrapper's does, so an admission slot cannot leak.
     """
 
-    def __init__(self, response: Response, release: Callable[[], None]) -> None:
+    def __init__(self, response: Response, release: Callable[[], Awaitable[None]]) -> None:
         self.response = response
         self.release = release
 
@@ -264,7 +279,7 @@ class ReleaseAfter:
         try:
             await self.response(scope, receive, send)
         finally:
-            self.release()
+            await self.release()
 
 
 def _released(held: Slot | PixelLease | None) -> None:

@@ -6,13 +6,21 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from tandem.gateway.config import MM_PROCESSING_MODES, PD_DISPATCH_MODES, GatewayConfig
+from tandem.gateway.auth_flags import access_config_from_args, add_access_flags
+from tandem.gateway.config import (
+    MM_MAX_INFLIGHT_BYTES,
+    MM_PROCESSING_MODES,
+    PD_DISPATCH_MODES,
+    GatewayConfig,
+)
+from tandem.hostport import bare_host, canonical_address
 from tandem.log import setup_logging
 from tandem.media.flags import add_media_flags, media_policy_from_args
 
 
 def _urls(values: list[str] | None) -> list[str]:
-    return [u.removeprefix("grpc://") for group in values or [] for u in group]
+    # One spelling per worker (IPv6 in brackets); a malformed address fails here, by name.
+    return [canonical_address(u, "grpc") for group in values or [] for u in group]
 
 
 def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
@@ -51,8 +59,9 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--multimodal-max-inflight-bytes",
         type=int,
-        default=256 << 20,
-        help="pixel-tensor bytes all in-flight requests may hold (0: no limit)",
+        default=MM_MAX_INFLIGHT_BYTES,
+        help="image bytes (decoded, then pixel tensors) all in-flight requests may hold "
+        "(0: no limit)",
     )
     p.add_argument(
         "--max-concurrent-requests",
@@ -78,6 +87,7 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         default="auto",
         help="auto: uvloop when installed (less gateway CPU per request than asyncio's loop)",
     )
+    add_access_flags(p)
     p.add_argument("--log-level", default="info")
     p.add_argument(
         "--no-access-log",
@@ -91,7 +101,7 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
     media = media_policy_from_args(args)
     return GatewayConfig(
-        host=args.host,
+        host=bare_host(args.host),
         port=args.port,
         worker_urls=_urls(args.worker_urls),
         pd_disaggregation=args.pd_disaggregation,
@@ -117,6 +127,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         max_queued_requests=args.max_queued_requests,
         drain_timeout_s=args.drain_timeout_secs,
         access_log=args.access_log,
+        **access_config_from_args(args),
     )
 
 
@@ -127,7 +138,10 @@ def run_gateway(args: argparse.Namespace) -> int:
     block_torch()
     from tandem.gateway.server import serve
 
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:  # a bad flag: say which, no stack trace
+        raise SystemExit(f"tandem gateway: error: {exc}") from None
     if use_uvloop(args.event_loop):
         import uvloop
 

@@ -5,10 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tandem.gateway.auth import ControlPlaneKey, ServingKey, check_distinct
 from tandem.media import MediaPolicy
 
 MM_PROCESSING_MODES = ("auto", "router", "worker")
 PD_DISPATCH_MODES = ("sequential", "parallel")
+# Decoded images and pixel tensors of all in-flight requests (docs/operations.md, "Memory
+# bounds for images"): room for one image at the default --mm-max-image-pixels (8192x8192
+# RGB is 256 MiB in Pillow) with another request's pixel tensors beside it.
+MM_MAX_INFLIGHT_BYTES = 512 << 20
 
 
 @dataclass(slots=True)
@@ -36,11 +41,16 @@ class GatewayConfig:
     pd_dispatch: str = "sequential"
     wire_dtype: str = "float32"
     # Admission control (gateway/admission.py); 0 turns a bound off.
-    mm_max_inflight_bytes: int = 256 << 20
+    mm_max_inflight_bytes: int = MM_MAX_INFLIGHT_BYTES
     max_concurrent_requests: int = 256
     max_queued_requests: int = 512
     drain_timeout_s: float = 30.0
     access_log: bool = True  # one INFO line per generation request (access_log.py)
+    # Access control (gateway/auth.py, docs/operations.md "Access control"); keys stay
+    # out of the repr so that a logged config never shows one.
+    api_key: str | None = field(default=None, repr=False)
+    tenant_api_keys: list[ServingKey] = field(default_factory=list, repr=False)
+    control_plane_api_keys: list[ControlPlaneKey] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         if self.mm_processing not in MM_PROCESSING_MODES:
@@ -69,3 +79,13 @@ class GatewayConfig:
             raise ValueError("--max-concurrent-requests and --max-queued-requests must be >= 0")
         if self.drain_timeout_s < 0:
             raise ValueError("--drain-timeout-secs must be >= 0")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("--api-key must not be empty")
+        check_distinct(self.serving_keys, "--api-key/--tenant-api-key")
+        check_distinct(self.control_plane_api_keys, "--control-plane-api-keys")
+
+    @property
+    def serving_keys(self) -> list[ServingKey]:
+        """Every key that opens /v1/*: ``--api-key`` (no tenant) and the tenant keys."""
+        plain = [ServingKey(self.api_key)] if self.api_key else []
+        return [*plain, *self.tenant_api_keys]

@@ -134,6 +134,7 @@ REQUESTS_QUEUED = Gauge(
 )
 MM_INFLIGHT_BYTES = Gauge(
     "tandem_mm_inflight_bytes",
-    "Pixel-tensor bytes held by in-flight requests (against --multimodal-max-inflight-bytes)",
+    "Image bytes held by in-flight requests, decoded or as pixel tensors "
+    "(against --multimodal-max-inflight-bytes)",
     registry=REGISTRY,
 )

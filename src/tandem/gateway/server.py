@@ -16,12 +16,14 @@ import uvicorn
 from tandem.gateway.app import build_app
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.state import GatewayState
+from tandem.hostport import bare_host, join_host_port
 
 log = logging.getLogger("tandem.gateway")
 DRAIN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def bind(host: str, port: int) -> socket.socket:
+    host = bare_host(host)  # "[::1]" and "::1" are the same IPv6 host
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must say TCP: asyncio turns Nagle off (TCP_NODELAY) only on sockets whose proto
     # is IPPROTO_TCP, and with Nagle on every response stalls ~40 ms on the client's
@@ -88,14 +90,11 @@ async def serve(config: GatewayConfig, log_level: str = "info") -> None:
         await original_startup(sockets=sockets)
         # Printed once the socket is listening: scripts and tests wait for this line.
         loop = type(asyncio.get_running_loop())
+        address = join_host_port(config.host, port)
         log.info(
-            "serving on http://%s:%d (event loop %s.%s)",
-            config.host,
-            port,
-            loop.__module__,
-            loop.__qualname__,
+            "serving on http://%s (event loop %s.%s)", address, loop.__module__, loop.__qualname__
         )
-        print(f"TANDEM_GATEWAY_READY http://{config.host}:{port}", flush=True)
+        print(f"TANDEM_GATEWAY_READY http://{address}", flush=True)
 
     server.startup = startup  # type: ignore[method-assign]
     try:

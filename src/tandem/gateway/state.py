@@ -6,6 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
+from tandem.errors import TandemError, make_error
 from tandem.gateway.admission import AdmissionQueue, PixelBudget
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.model import ModelHandle
@@ -65,10 +66,20 @@ class GatewayState:
         )
         self.health.start()
         if config.model_path is not None or len(self.registry):
-            await self.ensure_model()
+            try:
+                await self.ensure_model()
+            except TandemError as err:
+                if config.model_path is not None:  # a local directory will not get better
+                    raise SystemExit(f"--model-path {config.model_path}: {err.message}") from None
+                # A worker's files may load later: every request tries again until then.
+                log.warning("%s; requests get 503 until they load", err.message)
 
     async def ensure_model(self) -> ModelHandle | None:
-        """Load tokenizer, template and processor once: from --model-path or a worker."""
+        """Load tokenizer, template and processor once: from --model-path or a worker.
+
+        Raises 503 ``model_files_unavailable`` when they cannot be fetched or loaded; the
+        reason (a worker's gRPC status, a file error) is logged, not sent to the client.
+        """
         if self.model is not None:
             return self.model
         async with self._model_lock:
@@ -76,13 +87,22 @@ class GatewayState:
                 return self.model
             workers = self.registry.workers()
             model_id = self.config.served_model_name or (workers[0].model_id if workers else None)
-            if self.config.model_path is not None:
-                name = model_id or self.config.model_path.name
-                self.model = ModelHandle.from_dir(self.config.model_path, name)
-            elif workers:
-                archive = await self.registry.client(workers[0].url).get_tokenizer(timeout=30)
-                self.model = ModelHandle.from_archive(archive, model_id or workers[0].model_id)
-                log.info("loaded tokenizer and processor of %s from %s", model_id, workers[0].url)
+            source = str(self.config.model_path) if self.config.model_path else "a worker"
+            try:
+                if self.config.model_path is not None:
+                    name = model_id or self.config.model_path.name
+                    self.model = ModelHandle.from_dir(self.config.model_path, name)
+                elif workers:
+                    source = workers[0].url
+                    archive = await self.registry.client(source).get_tokenizer(timeout=30)
+                    self.model = ModelHandle.from_archive(archive, model_id or workers[0].model_id)
+                    log.info("loaded tokenizer and processor of %s from %s", model_id, source)
+            except Exception as exc:  # gRPC, zip, JSON, template or tokenizer errors alike
+                log.warning("could not load the model files from %s: %r", source, exc)
+                raise make_error(
+                    "model_files_unavailable",
+                    "the model's tokenizer, chat template or processor could not be loaded",
+                ) from None
         return self.model
 
     async def stop(self) -> None:

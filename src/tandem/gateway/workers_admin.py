@@ -1,8 +1,16 @@
-"""Worker admin API: list, add and remove workers while the gateway runs."""
+"""Worker admin API: list, add and remove workers while the gateway runs.
+
+Who may call it is decided before the route runs (gateway/access_control.py). The routes
+themselves trust nothing in the request: the body is bounded and must be a JSON object,
+and a worker that cannot be registered is reported by a code, never by its gRPC details
+(which would tell a caller what listens on any host and port the gateway can reach); the
+details go to the gateway log.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from starlette.requests import Request
@@ -14,6 +22,11 @@ from tandem.gateway.api.responses import error_response, json_response
 from tandem.gateway.state import GatewayState
 from tandem.gateway.workers.registry import WorkerUnreachableError
 from tandem.gateway.workers.worker import ROLES, Worker
+
+log = logging.getLogger("tandem.gateway.workers")
+
+# A registration is {"url": "host:port", "role": "..."}: a few hundred bytes at most.
+MAX_ADMIN_BODY = 4096
 
 
 def describe(worker: Worker) -> dict[str, Any]:
@@ -34,10 +47,7 @@ def admin_routes(state: GatewayState) -> list[Route]:
 
     async def add_worker(request: Request) -> Response:
         try:
-            try:
-                body = json.loads(await request.body() or b"{}")
-            except json.JSONDecodeError:
-                raise make_error("invalid_request", "body must be JSON") from None
+            body = await _json_object(request)
             url, role = body.get("url"), body.get("role", "regular")
             if not isinstance(url, str) or not url:
                 raise make_error("invalid_request", "'url' (host:port) is required", param="url")
@@ -48,10 +58,22 @@ def admin_routes(state: GatewayState) -> list[Route]:
             try:
                 worker = await state.registry.add(url, role)
             except WorkerUnreachableError as exc:
-                raise make_error("no_available_workers", str(exc)) from None
+                log.warning("registering worker %s failed: %s", exc.url, exc.reason)
+                raise make_error(
+                    "worker_unreachable",
+                    f"worker {url!r} did not answer its registration calls; "
+                    "the reason is in the gateway log",
+                    param="url",
+                ) from None
             except ValueError as exc:
                 raise make_error("invalid_request", str(exc), param="url") from None
-            await state.ensure_model()
+            try:
+                await state.ensure_model()
+            except TandemError:
+                # The first worker is the source of the model files: without them the
+                # gateway cannot serve it, so the registration is undone as a whole.
+                state.registry.remove(worker.url)
+                raise
         except TandemError as err:
             return error_response(err)
         return json_response(describe(worker), status=201)
@@ -67,3 +89,29 @@ def admin_routes(state: GatewayState) -> list[Route]:
         Route("/workers", add_worker, methods=["POST"]),
         Route("/workers", remove_worker, methods=["DELETE"]),
     ]
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    raw = await _bounded_body(request, MAX_ADMIN_BODY)
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError:  # bad JSON or bad UTF-8
+        raise make_error("invalid_request", "body must be JSON") from None
+    if not isinstance(body, dict):
+        raise make_error("invalid_request", "body must be a JSON object")
+    return body
+
+
+async def _bounded_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 past ``limit`` bytes (declared or streamed)."""
+    declared = request.headers.get("content-length", "")
+    too_large = make_error("payload_too_large", f"admin request body is over {limit} bytes")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -21,6 +21,8 @@ from tandem.models.family import ModelFamily
 from tandem.models.fast_preprocess import ClipFastPath, QwenFastPath, value_lut
 from tandem.models.info import ModelInfo, load_model_info
 
+_CHANNELS = 3  # the processors make RGB pixel values
+
 
 @dataclass(slots=True)
 class PreprocessedImages:
@@ -59,6 +61,11 @@ class ImageProcessor(Protocol):
 
         A decoder may use it to decode fewer pixels (JPEG draft mode, media policy).
         """
+        ...
+
+    def output_nbytes(self, width: int, height: int, raw: bool = False) -> int | None:
+        """Bytes of ``pixel_values`` that ``preprocess`` makes of one such image; None if
+        unknown. Memory budgets charge it before the image is decoded."""
         ...
 
 
@@ -101,6 +108,14 @@ class QwenImageProcessor:
         except ValueError:
             return None  # preprocess will refuse the image and say why
 
+    def output_nbytes(self, width: int, height: int, raw: bool = False) -> int | None:
+        target = self.resize_target(width, height)
+        if target is None or self.fast_path is None:
+            return None
+        # [patches, C*T*P*P] covers the resized image T times over, once per channel.
+        values = _CHANNELS * self.fast_path.temporal * target[0] * target[1]
+        return values * (1 if raw else 4)
+
     def preprocess(self, images: Sequence[Image.Image], raw: bool = False) -> PreprocessedImages:
         lut = _raw_lut(self._hf, raw)
         if self.fast_path is not None:
@@ -137,6 +152,16 @@ class LlavaImageProcessor:
 
     def resize_target(self, width: int, height: int) -> tuple[int, int] | None:
         return None if self.fast_path is None else self.fast_path.resize_target(width, height)
+
+    def output_nbytes(self, width: int, height: int, raw: bool = False) -> int | None:
+        fast = self.fast_path
+        if fast is None:
+            return None
+        if fast.crop is not None:
+            out_h, out_w = fast.crop
+        else:
+            out_w, out_h = fast.resize_target(width, height) or (width, height)
+        return _CHANNELS * out_h * out_w * (1 if raw else 4)
 
     def preprocess(self, images: Sequence[Image.Image], raw: bool = False) -> PreprocessedImages:
         lut = _raw_lut(self._hf, raw)

@@ -65,6 +65,20 @@ def sanitize_sampling_for_prefill(request: GenerateRequest, max_tokens: int = 1)
     params.ignore_eos = True
 
 
+def prefill_leg_of(request: GenerateRequest, max_tokens: int = 1) -> GenerateRequest:
+    """A new message for the prefill leg: ``request`` with prefill sampling, not streamed.
+
+    ``request`` itself stays as the client asked for it (sampling, stops, stream), so an
+    answer built from it, or a retry on another pair, sees the client's request. The
+    copy holds no pixel bytes: those travel beside the message (``tandem.wire.pixels``).
+    """
+    leg = GenerateRequest()
+    leg.CopyFrom(request)
+    sanitize_sampling_for_prefill(leg, max_tokens)
+    leg.stream = False
+    return leg
+
+
 def _copy_fields_except(source: Message, target: Message, skip: frozenset[str]) -> None:
     """Copy every set field of ``source`` into ``target`` except those in ``skip``."""
     for descriptor, value in source.ListFields():

@@ -8,14 +8,21 @@ import asyncio
 from tandem.log import setup_logging
 from tandem.media.flags import add_media_flags, media_policy_from_args
 from tandem.worker.config import ENGINES, KV_CONNECTORS, ROLES, WorkerConfig
+from tandem.worker.media_limits import add_media_limit_flags, media_limits_from_args
 
 
 def add_worker_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("worker", help="a vLLM-protocol gRPC worker over the embedded engine")
     p.add_argument("--model", default="tiny-qwen3-vl", help="built-in name or checkpoint dir")
     p.add_argument("--served-model-name", default=None)
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="bind address")
     p.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    p.add_argument(
+        "--advertise-host",
+        default=None,
+        help="the host others dial (KV params, READY line); default --host, "
+        "required when --host is a wildcard (0.0.0.0, ::)",
+    )
     p.add_argument("--role", choices=ROLES, default="both")
     p.add_argument(
         "--language-model-only",
@@ -24,6 +31,7 @@ def add_worker_parser(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--mm-processor", choices=("inprocess", "off"), default="inprocess")
     add_media_flags(p)
+    add_media_limit_flags(p)
     p.add_argument("--kv-lease-secs", type=float, default=30.0)
     p.add_argument("--kv-connector", choices=KV_CONNECTORS, default="TandemConnector")
     p.add_argument("--prefix-cache-bytes", type=int, default=64 << 20)
@@ -41,6 +49,12 @@ def add_worker_parser(commands: argparse._SubParsersAction) -> None:
         default=0.0,
         help="null engine: pause before each token (a slow worker)",
     )
+    p.add_argument(
+        "--test-only-advertise-as-vllm",
+        action="store_true",
+        help="for tests: do not advertise as a Tandem worker, so gateways treat this worker "
+        "as a vLLM worker that enforces no Tandem media policy",
+    )
     p.set_defaults(run=run_worker)
 
 
@@ -51,22 +65,28 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
         served_model_name=args.served_model_name,
         host=args.host,
         port=args.port,
+        advertise_host=args.advertise_host,
         role=args.role,
         language_model_only=args.language_model_only,
         mm_processor=args.mm_processor == "inprocess",
         media=media,
+        media_limits=media_limits_from_args(args),
         kv_lease_s=args.kv_lease_secs,
         kv_connector=args.kv_connector,
         prefix_cache_bytes=args.prefix_cache_bytes,
         threads=args.threads,
         engine=args.engine,
         null_token_delay_s=args.null_token_delay_ms / 1000.0,
+        test_only_advertise_as_vllm=args.test_only_advertise_as_vllm,
     )
 
 
 def run_worker(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, role=f"worker:{args.role}")
-    config = config_from_args(args)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:  # a bad flag: say which, no stack trace
+        raise SystemExit(f"tandem worker: error: {exc}") from None
     from tandem.worker.server import serve  # torch loads only for this command
 
     asyncio.run(serve(config))

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tandem.hostport import check_host, is_wildcard
 from tandem.media import MediaPolicy
+from tandem.worker.media_limits import MediaRefsLimitConfig
 
 ROLES = ("prefill", "decode", "both")
 # kv_connector values the worker may advertise. "TandemConnector" is Tandem's own
@@ -21,10 +23,14 @@ class WorkerConfig:
     model: str = "tiny-qwen3-vl"
     host: str = "127.0.0.1"
     port: int = 0
+    # The host decode workers and gateways dial (KV params, READY line); None: ``host``.
+    advertise_host: str | None = None
     role: str = "both"
     language_model_only: bool = False
     mm_processor: bool = True  # accept media_refs and process media on this worker
     media: MediaPolicy = field(default_factory=MediaPolicy)
+    # --mm-max-inflight, --mm-max-items, --mm-max-decoded-bytes (worker/media_limits.py)
+    media_limits: MediaRefsLimitConfig = field(default_factory=MediaRefsLimitConfig)
     kv_lease_s: float = 30.0
     kv_connector: str = "TandemConnector"
     prefix_cache_bytes: int = 64 << 20
@@ -34,6 +40,9 @@ class WorkerConfig:
     served_model_name: str | None = None
     engine: str = "embedded"
     null_token_delay_s: float = 0.0  # the null engine's pause before each token
+    # Test-only: leave out the Tandem marker on GetServerInfo, so gateways treat this worker
+    # like a vLLM worker (sent data: URLs instead of media URLs; tandem.wire.worker_marker).
+    test_only_advertise_as_vllm: bool = False
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -44,6 +53,7 @@ class WorkerConfig:
             raise ValueError(f"--role must be one of {', '.join(ROLES)}, got {self.role!r}")
         if self.kv_connector not in KV_CONNECTORS:
             raise ValueError(f"--kv-connector must be one of {', '.join(KV_CONNECTORS)}")
+        self._check_hosts()
         if not 0 <= self.port < 65536:
             raise ValueError(f"--port must be in 0..65535, got {self.port}")
         if self.kv_lease_s <= 0:
@@ -52,6 +62,29 @@ class WorkerConfig:
             raise ValueError("--prefix-cache-bytes must be >= 0")
         if self.threads < 1:
             raise ValueError("--threads must be >= 1")
+
+    def _check_hosts(self) -> None:
+        self.host = check_host(self.host, "--host")
+        if self.advertise_host is not None:
+            self.advertise_host = check_host(self.advertise_host, "--advertise-host")
+            if is_wildcard(self.advertise_host):
+                raise ValueError(
+                    f"--advertise-host {self.advertise_host!r} is a wildcard: give the name "
+                    "or address other hosts reach this worker at"
+                )
+        elif is_wildcard(self.host):
+            # A wildcard names no interface: a decode worker handed it as the KV address
+            # would dial itself (docs/operations.md, "Addresses").
+            raise ValueError(
+                f"--host {self.host or repr('')} listens on every interface but is no "
+                "address to dial: add --advertise-host HOST, the name or address that "
+                "decode workers and the gateway reach this worker at"
+            )
+
+    @property
+    def dial_host(self) -> str:
+        """The host this worker tells others to dial: its KV address and READY line."""
+        return self.advertise_host or self.host
 
     @property
     def accepts_media_refs(self) -> bool:

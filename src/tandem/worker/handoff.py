@@ -19,6 +19,7 @@ from typing import Any
 from tandem.engine.block_keys import block_keys
 from tandem.engine.prefix_cache import PrefixCache
 from tandem.engine.types import KVLayers, MediaItem
+from tandem.hostport import bare_host, check_host, join_host_port, split_url
 from tandem.wire.kv_params import dumps_compact
 from tandem.worker.kv_channel import KvChannelClient, concat_kv
 
@@ -38,17 +39,27 @@ class RemoteKv:
         host, port = params.get("remote_host"), params.get("remote_port")
         bootstrap = params.get("remote_bootstrap_addr")
         if (not host or not port) and isinstance(bootstrap, str):
-            # Mooncake-style params name the prefill worker as "http://host:port".
-            host, _, port_text = bootstrap.removeprefix("http://").rpartition(":")
-            port = int(port_text) if port_text.isdigit() else None
+            # Mooncake-style params name the prefill worker as "http://host:port" (an IPv6
+            # host in brackets).
+            try:
+                host, port = split_url(bootstrap, "http")
+            except ValueError as exc:
+                raise ValueError(f"do_remote_prefill: remote_bootstrap_addr: {exc}") from None
         transfer_id = params.get("transfer_id")
-        if not host or not isinstance(port, int) or not 0 < port < 65536:
+        if (
+            not isinstance(host, str)
+            or not host
+            or not isinstance(port, int)
+            or not 0 < port < 65536
+        ):
             raise ValueError("do_remote_prefill needs remote_host and remote_port (1..65535)")
         if not isinstance(transfer_id, str) or not transfer_id:
             raise ValueError("do_remote_prefill needs a transfer_id")
         # Params relayed from a prefill answer carry num_tokens: that KV already exists.
         # Without it the gateway minted the id and the prefill may still be running.
-        return cls(f"{host}:{port}", transfer_id, "num_tokens" not in params)
+        # remote_host is bare ("::1", as vLLM's params carry it); the dial target brackets it.
+        address = join_host_port(check_host(host, "remote_host"), port)
+        return cls(address, transfer_id, "num_tokens" not in params)
 
 
 def wants_export(params: dict[str, Any] | None) -> bool:
@@ -71,7 +82,7 @@ def export_params(transfer_id: str, host: str, port: int, engine_id: str, num_to
             "do_remote_prefill": True,
             "do_remote_decode": False,
             "transfer_id": transfer_id,
-            "remote_host": host,
+            "remote_host": bare_host(host),
             "remote_port": port,
             "remote_engine_id": engine_id,
             "num_tokens": num_tokens,

@@ -16,12 +16,15 @@ from tandem.engine.kv_store import KvStore
 from tandem.engine.null import NullEngine, null_shape
 from tandem.engine.prefix_cache import PrefixCache
 from tandem.engine.runner import ModelRunner
+from tandem.hostport import join_host_port
 from tandem.models.info import ModelInfo, load_model_info
 from tandem.models.processor import load_processor
 from tandem.wire.proto import pb_grpc
 from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient, KvChannelServer
 from tandem.worker.leg_counter import CountingServicer
+from tandem.worker.marker import server_interceptors
+from tandem.worker.media_limits import MediaRefsLimits
 from tandem.worker.media_refs import MediaRefsProcessor
 
 log = logging.getLogger("tandem.worker")
@@ -49,14 +52,19 @@ class WorkerServer:
         shape = self.engine.runner.shape
         refs = None
         if config.accepts_media_refs:
-            refs = MediaRefsProcessor(self.info, load_processor(model_dir), config.media)
+            limits = MediaRefsLimits(config.media_limits)
+            refs = MediaRefsProcessor(self.info, load_processor(model_dir), config.media, limits)
         self.kv_client = KvChannelClient(shape)
-        self.server = grpc.aio.server(options=GRPC_OPTIONS)
-        self.port = self.server.add_insecure_port(f"{config.host}:{config.port}")
+        self.server = grpc.aio.server(
+            options=GRPC_OPTIONS,
+            interceptors=server_interceptors(config.test_only_advertise_as_vllm),
+        )
+        self.port = self.server.add_insecure_port(join_host_port(config.host, config.port))
         # Every worker counts what each PD leg brings it (bytes, pixel bytes): cheap, and
         # how benchmarks and compatibility tests see what a gateway put on each leg.
+        # KV params name the advertised host, never the bind address (docs/operations.md).
         self.servicer = CountingServicer(
-            config, self.info, self.engine, refs, self.kv_client, (config.host, self.port)
+            config, self.info, self.engine, refs, self.kv_client, (config.dial_host, self.port)
         )
         pb_grpc.add_VllmEngineServicer_to_server(self.servicer, self.server)
         channel = KvChannelServer(self.engine.kv_store, shape, self.servicer.stats)
@@ -68,16 +76,21 @@ class WorkerServer:
         await self.server.start()
         self._expiry = asyncio.create_task(self._expire_leases())
         log.info(
-            "tandem worker ready on %s:%d (engine=%s, model=%s, role=%s, supports_vision=%s, "
-            "mm_processor=%s)",
-            self.config.host,
-            self.port,
+            "tandem worker ready on %s, advertised as %s (engine=%s, model=%s, role=%s, "
+            "supports_vision=%s, mm_processor=%s)",
+            join_host_port(self.config.host, self.port),
+            self.address,
             self.config.engine,
             self.config.model_name,
             self.config.role,
             not self.config.language_model_only,
             "inprocess" if self.config.accepts_media_refs else "off",
         )
+
+    @property
+    def address(self) -> str:
+        """Where others dial this worker: gRPC and the KV side channel."""
+        return join_host_port(self.config.dial_host, self.port)
 
     async def _expire_leases(self) -> None:
         # Leases also expire lazily on access; this keeps an idle worker's count honest.
@@ -113,7 +126,7 @@ def _null_engine(config: WorkerConfig, info: ModelInfo) -> Engine:
 async def serve(config: WorkerConfig) -> None:
     server = WorkerServer(config)
     await server.start()
-    print(f"TANDEM_WORKER_READY {config.host}:{server.port}", flush=True)
+    print(f"TANDEM_WORKER_READY {server.address}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -47,6 +47,10 @@ class RequestRefused(Exception):
         return ((WORKER_ERROR_CODE_KEY, self.code),) if self.code else ()
 
 
+class KvImportError(Exception):
+    """Pulling the prompt's KV from the prefill worker failed (retryable elsewhere)."""
+
+
 @dataclass(slots=True)
 class _Plan:
     engine_request: EngineRequest
@@ -115,12 +119,23 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
             status = grpc.StatusCode.UNAVAILABLE if retry else grpc.StatusCode.INVALID_ARGUMENT
             code = exc.code if isinstance(exc, MediaError) else ""
             raise RequestRefused(status, str(exc), code) from None
-        except Exception as exc:
+        except KvImportError as exc:
             if remote is not None:
                 await handoff.release_quietly(self.kv_client, remote)
             log.warning("request %s: KV import failed: %s", rid, exc)
             raise RequestRefused(
                 grpc.StatusCode.UNAVAILABLE, f"could not pull KV from the prefill worker: {exc}"
+            ) from None
+        except Exception as exc:
+            # A bug, not a transient failure: INTERNAL, marked so that the gateway does not
+            # retry it elsewhere (and fetch the request's media again for nothing).
+            if remote is not None:
+                await handoff.release_quietly(self.kv_client, remote)
+            log.exception("request %s: planning failed", rid)
+            raise RequestRefused(
+                grpc.StatusCode.INTERNAL,
+                f"worker failure while planning the request: {type(exc).__name__}",
+                "internal_error",
             ) from None
 
     async def _build(
@@ -156,18 +171,21 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
         export_json = None
         if remote is not None:
             items = media.items if media else []
-            (
-                engine_request.imported_kv,
-                engine_request.local_cached_tokens,
-            ) = await handoff.import_kv(
-                self.kv_client,
-                self.engine.prefix_cache,
-                remote,
-                ids,
-                items,
-                salt,
-                self.config.kv_pull_wait_s,
-            )
+            try:
+                (
+                    engine_request.imported_kv,
+                    engine_request.local_cached_tokens,
+                ) = await handoff.import_kv(
+                    self.kv_client,
+                    self.engine.prefix_cache,
+                    remote,
+                    ids,
+                    items,
+                    salt,
+                    self.config.kv_pull_wait_s,
+                )
+            except Exception as exc:
+                raise KvImportError(str(exc)) from exc
         elif handoff.wants_export(params):
             assert params is not None
             transfer_id = handoff.export_transfer_id(params, rid)

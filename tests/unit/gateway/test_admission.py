@@ -187,7 +187,7 @@ def test_gateway_flags_reach_the_config() -> None:
     assert (config.mm_max_inflight_bytes, config.max_concurrent_requests) == (0, 3)
     assert (config.max_queued_requests, config.drain_timeout_s) == (4, 5.0)
     defaults = config_from_args(build_parser().parse_args(["gateway"]))
-    assert defaults.mm_max_inflight_bytes == 256 << 20
+    assert defaults.mm_max_inflight_bytes == 512 << 20
     assert (defaults.max_concurrent_requests, defaults.max_queued_requests) == (256, 512)
     assert (defaults.health_timeout_s, defaults.health_failure_threshold) == (2.0, 2)
     with pytest.raises(ValueError):

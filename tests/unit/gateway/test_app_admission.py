@@ -4,11 +4,13 @@ draining, and every slot and pixel byte given back however a request ends."""
 from __future__ import annotations
 
 import asyncio
+import base64
 from pathlib import Path
 
-from gateway_app_fakes import chat_body, client, make_gateway, wait_until
+from gateway_app_fakes import chat_body, client, image_url, make_gateway, wait_until
 
 from tandem.errors import make_error
+from tandem.models.image_batch import decode_cost
 
 CHAT = "/v1/chat/completions"
 
@@ -49,12 +51,20 @@ async def test_pixel_budget_429_then_413(qwen_dir: Path) -> None:
         assert (await http.post(CHAT, json=chat_body(images=1))).status_code == 200
         (one_image,) = dispatcher.pixel_bytes
         assert one_image > 0 and state.pixel_budget.used == 0
-        state.pixel_budget.limit = one_image + one_image // 2  # room for one image, not two
+        # While decoded, an image is charged its decode cost (from its header); once
+        # preprocessed, only its pixel tensor. Room for one image being decoded, or for
+        # one request's pixels, not both.
+        assert state.model is not None and state.model.processor is not None
+        png = base64.b64decode(image_url(1).partition(",")[2])
+        cost = decode_cost([png], state.config.media, state.model.processor, raw=True)
+        assert cost.outputs == one_image and cost.total > one_image
+        state.pixel_budget.limit = one_image + cost.total - 1
         dispatcher.gate = asyncio.Event()
         holding = asyncio.ensure_future(http.post(CHAT, json=chat_body(images=1)))
         await wait_until(lambda: dispatcher.arrived == 2)
         assert state.pixel_budget.used == one_image
-        busy = await http.post(CHAT, json=chat_body(images=1))
+        # Refused at once: a request let in would wait at the gate.
+        busy = await asyncio.wait_for(http.post(CHAT, json=chat_body(images=1)), 10)
         assert busy.status_code == 429 and busy.headers["retry-after"] == "1"
         assert busy.json()["error"]["code"] == "multimodal_inflight_budget"
         # Text requests hold no pixels: admitted while the budget is full.
@@ -64,7 +74,7 @@ async def test_pixel_budget_429_then_413(qwen_dir: Path) -> None:
         answers = await asyncio.wait_for(asyncio.gather(holding, text), 10)
         assert [a.status_code for a in answers] == [200, 200]
         assert state.pixel_budget.used == 0
-        # Two images can never fit, even on an idle gateway.
+        # Two images (their pixels, and one decoded at a time) can never fit, even idle.
         too_big = await http.post(CHAT, json=chat_body(images=2))
         assert too_big.status_code == 413 and "retry-after" not in too_big.headers
         assert too_big.json()["error"]["code"] == "multimodal_payload_too_large"
@@ -102,3 +112,18 @@ async def test_draining_refuses_new_work_with_503(qwen_dir: Path) -> None:
     assert answer.json()["error"]["code"] == "shutting_down"
     assert health.status_code == 503
     assert dispatcher.arrived == 0
+
+
+async def test_a_malformed_image_header_is_a_clean_400(qwen_dir: Path) -> None:
+    state, dispatcher = make_gateway(qwen_dir)
+    cut = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00").decode()
+    body = chat_body(images=1)
+    bad = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + cut}}
+    body["messages"][0]["content"].insert(1, bad)  # after a good image
+    async with client(state) as http:
+        answer = await http.post(CHAT, json=body)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == "multimodal_processing_failed"
+    assert "image header is corrupt" in answer.json()["error"]["message"]
+    assert dispatcher.arrived == 0
+    assert state.pixel_budget.used == 0 and state.admission.running == 0

@@ -37,12 +37,18 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 UINT32_MAX = 2**32 - 1
 MAX_N = 16
 MAX_STOPS = 4
+# A stop string is held back while it may still be starting, and matched against every
+# new piece of text: an unbounded one would hold a whole answer back and cost quadratic
+# time. 1024 characters is far above any real stop sequence.
+MAX_STOP_CHARS = 1024
+# Checked by the worker after every token; vLLM takes any number, a few dozen is plenty.
+MAX_STOP_TOKEN_IDS = 64
 # OpenAI's (and vLLM's) default for the legacy completions endpoint.
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 TokenCount = Annotated[int, Field(ge=1, le=UINT32_MAX)]
-StopString = Annotated[str, Field(min_length=1)]
+StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +98,7 @@ class _GenerationParams(BaseModel):
     min_p: float = Field(0.0, ge=0, le=1)
     seed: int | None = Field(None, ge=INT32_MIN, le=INT32_MAX)
     stop: list[StopString] = Field(default_factory=list, max_length=MAX_STOPS)
-    stop_token_ids: list[TokenId] = Field(default_factory=list)
+    stop_token_ids: list[TokenId] = Field(default_factory=list, max_length=MAX_STOP_TOKEN_IDS)
     ignore_eos: bool = False
     min_tokens: int = Field(0, ge=0, le=UINT32_MAX)
     frequency_penalty: float = Field(0.0, ge=-2, le=2)

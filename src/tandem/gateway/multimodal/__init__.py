@@ -7,7 +7,9 @@ A request with images goes:
       router: process_images (fetch ∥, decode + preprocess + hash in a thread)
               → expand_and_assemble (expanded ids + MultimodalInputs)
       worker: build_media_refs (guarded, verbatim URLs; ids stay unexpanded)
-              → after selection: check_legs_accept_media_refs, check_media_ref_schemes
+              → if a worker is not a Tandem worker: inline_network_refs (http(s) fetched
+                here under the guard, forwarded as data: URLs)
+              → after selection: check_media_ref_schemes
 
 Every refusal is a ``TandemError`` with the reference's stable code. Nothing here imports
 torch.

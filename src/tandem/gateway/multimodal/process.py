@@ -2,7 +2,10 @@
 
 Fetching is I/O and runs concurrently on the event loop; decoding, hashing and
 preprocessing are CPU-bound and run together in one worker thread so the gateway keeps
-serving other requests meanwhile (reference §2.1 steps 5–6, §2.2).
+serving other requests meanwhile (reference §2.1 steps 5–6, §2.2). Before that thread
+starts, the request's decode cost (read from the image headers) is charged against the
+in-flight budget, and the images are decoded one at a time (docs/operations.md, "Memory
+bounds for images").
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 import numpy as np
+from PIL import Image
 
 from tandem.errors import TandemError, make_error
 from tandem.gateway.multimodal.plan import MediaPlan
@@ -27,6 +31,8 @@ from tandem.media import (
     fetch_all,
     media_hash,
 )
+from tandem.media.budget import ByteLease, run_in_thread_holding
+from tandem.models.image_batch import decode_cost, preprocess_one_at_a_time
 from tandem.models.info import ModelInfo
 from tandem.models.processor import ImageProcessor, PreprocessedImages
 
@@ -87,13 +93,17 @@ async def process_images(
     *,
     client: httpx.AsyncClient | None = None,
     resolver: Resolver | None = None,
+    lease: ByteLease | None = None,
 ) -> ProcessedImages:
-    """Fetch (concurrently), decode, preprocess as one batch, and hash every image.
+    """Fetch (concurrently), then decode, preprocess and hash every image, one at a time.
 
     ``client`` may be a shared client from ``tandem.media.make_client`` (connection reuse);
     without one, ``fetch_all`` makes a guarded client per call.
+    ``lease`` (the request's, on the gateway's in-flight budget) is charged the decode cost
+    before any image is decoded (413/429 from the budget), and holds only the pixel values'
+    bytes once this returns.
     Raises a 400 ``TandemError``: ``media_url_refused`` (policy), ``media_too_large`` (byte
-    or pixel caps) or ``multimodal_processing_failed`` (fetch, decode or preprocess).
+    or pixel caps) or ``multimodal_processing_failed`` (fetch, header, decode or preprocess).
     """
     if plan.is_empty:
         raise ValueError("process_images needs a plan with at least one image")
@@ -109,8 +119,16 @@ async def process_images(
         raise media_error_to_tandem(exc) from exc
     timings.fetch_s = time.perf_counter() - started
     try:
-        preprocessed, hashes = await asyncio.to_thread(
-            _decode_preprocess_hash, fetched, processor, policy, timings
+        blobs = [item.data for item in fetched]
+        cost = await asyncio.to_thread(decode_cost, blobs, policy, processor, raw=True)
+        decoding = None
+        if lease is not None:
+            lease.hold(cost.total)  # refused (413/429) before a single pixel is decoded
+            # The decoded frames' share stays charged until the thread is done with them,
+            # even if this request is cancelled meanwhile; the rest is the pixel values'.
+            decoding = lease.split(cost.working)
+        preprocessed, hashes = await run_in_thread_holding(
+            decoding, lambda: _decode_preprocess_hash(fetched, processor, policy, timings)
         )
     except MediaError as exc:
         raise media_error_to_tandem(exc) from exc
@@ -122,6 +140,8 @@ async def process_images(
             "multimodal_processing_failed", f"image preprocessing failed: {exc}"
         ) from exc
     _check_batch(preprocessed, len(plan))
+    if lease is not None:
+        lease.hold(preprocessed.pixel_values.nbytes)  # held until the pixels are sent
     return ProcessedImages(
         pixel_values=preprocessed.pixel_values,
         tokens_per_image=list(preprocessed.tokens_per_image),
@@ -143,20 +163,26 @@ def _decode_preprocess_hash(
     # Runs in a worker thread. Hashes are over the encoded bytes as fetched (reference §2.2),
     # so they do not depend on the decoder; they are computed here only to keep CPU work off
     # the event loop.
-    started = time.perf_counter()
     hashes = [media_hash(item.data) for item in fetched]
-    images = [decode_image(item.data, policy, processor.resize_target) for item in fetched]
-    decoded = time.perf_counter()
-    timings.decode_s = decoded - started
-    try:
-        # Raw uint8 pixels: a quarter of the float32 bytes while the request is in flight,
-        # and what workers that normalize on device need; others get them normalized
-        # (bit-exactly) when their leg is sent (PixelPayload.for_worker).
-        preprocessed = processor.preprocess(images, raw=True)
-    finally:
-        for image in images:
-            image.close()
-    timings.preprocess_s = time.perf_counter() - decoded
+    decode_s = 0.0
+
+    def decode(data: bytes) -> Image.Image:
+        nonlocal decode_s
+        began = time.perf_counter()
+        image = decode_image(data, policy, processor.resize_target)
+        decode_s += time.perf_counter() - began
+        return image
+
+    started = time.perf_counter()
+    # One image decoded at a time (see decode_cost). Raw uint8 pixels: a quarter of the
+    # float32 bytes while the request is in flight, and what workers that normalize on
+    # device need; others get them normalized (bit-exactly) when their leg is sent
+    # (PixelPayload.for_worker).
+    preprocessed = preprocess_one_at_a_time(
+        [item.data for item in fetched], decode, processor, raw=True
+    )
+    timings.decode_s = decode_s
+    timings.preprocess_s = time.perf_counter() - started - decode_s
     return preprocessed, hashes
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tandem.gateway.workers.worker import Worker
+from tandem.hostport import join_host_port
 from tandem.wire.kv_params import PREFILL_TAG, dumps_compact
 from tandem.wire.proto import pb
 
@@ -149,10 +150,9 @@ def identity_solicited(mode: KvMode, relay: bool, transfer_id: str | None) -> bo
 def decode_params_for_minted(mode: KvMode, transfer_id: str) -> str:
     """The decode leg's ``kv_transfer_params_json`` for a gateway-minted transfer id."""
     pull = {"do_remote_decode": False, "do_remote_prefill": True, "transfer_id": transfer_id}
-    host = f"[{mode.host}]" if ":" in mode.host else mode.host  # IPv6 literal in a URL
     if mode.kind is KvKind.MOONCAKE and mode.engine_id is not None:
         pull["remote_engine_id"] = mode.engine_id
-        pull["remote_bootstrap_addr"] = f"http://{host}:{mode.port}"
+        pull["remote_bootstrap_addr"] = f"http://{join_host_port(mode.host, mode.port)}"
         return dumps_compact(pull)
     if mode.kind is KvKind.TANDEM:
         if not mode.host or not 0 < mode.port < 65536:

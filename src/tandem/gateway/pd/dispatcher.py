@@ -19,12 +19,23 @@ from tandem.gateway.pd.parallel import merge, open_parallel
 from tandem.gateway.pd.selection import Pair, select_pair
 from tandem.gateway.pd.sequential import open_sequential
 from tandem.gateway.pipeline.context import RequestContext
-from tandem.gateway.pipeline.dispatch import OpenedStream, backoff
+from tandem.gateway.pipeline.dispatch import OpenedStream, backoff, next_attempt
 from tandem.gateway.workers.policies.base import Policy
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.wire.requests import has_media_refs, has_mm_inputs, sampling_n
 
 log = logging.getLogger("tandem.gateway.pd")
+
+
+def charge_failure(pair: Pair, err: TandemError) -> None:
+    """Count a server-side failure against the circuit breaker of the leg at fault.
+
+    The leg is a field of the error (``TandemError.leg``): a prefill that answered without
+    the KV handoff it was asked for is the prefill worker's fault even though the error
+    surfaces while the decode leg is built.
+    """
+    if err.status >= 500 and err.leg is not None:
+        (pair.prefill if err.leg == "prefill" else pair.decode).breaker.record_failure()
 
 
 class PDDispatcher:
@@ -73,14 +84,13 @@ class PDDispatcher:
                     # an image request's pixels left with the failed leg: nothing to resend
                     and not ctx.had_pixels
                 )
-                if err.status >= 500:
-                    failed = pair.prefill if "prefill" in err.code else pair.decode
-                    failed.breaker.record_failure()
+                charge_failure(pair, err)
                 if not retry:
                     raise
                 log.warning("request %s: %s; retrying on another pair", ctx.request_id, err)
                 tried.add(pair.prefill.url)
                 attempt += 1
+                next_attempt(ctx, attempt)
                 metrics.RETRIES.labels(ctx.route).inc()
                 await backoff(attempt)
             except BaseException:

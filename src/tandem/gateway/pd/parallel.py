@@ -12,11 +12,12 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from tandem.errors import TandemError
 from tandem.gateway import metrics
 from tandem.gateway.pd.connector import handoff, kv_mode_for_worker, mint_transfer_id, prefill_tag
+from tandem.gateway.pd.deferred_abort import abandon_decode
 from tandem.gateway.pd.forms import build_decode_leg, decode_form
 from tandem.gateway.pd.leg_bytes import record_leg
 from tandem.gateway.pd.release import release_prefill_kv
@@ -25,7 +26,7 @@ from tandem.gateway.pipeline.dispatch import OpenedStream, first_frame, relay, s
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest, pb
-from tandem.wire.requests import sanitize_sampling_for_prefill
+from tandem.wire.requests import prefill_leg_of
 
 
 async def open_parallel(
@@ -35,23 +36,34 @@ async def open_parallel(
     timeout_s: float,
     pixels: PixelPayload | None = None,
 ) -> OpenedStream:
-    """``pixels``: the request's pixel payload, sent with the prefill leg only."""
+    """Both legs at once; ``request`` is left as it is.
+
+    ``pixels``: the request's pixel payload, sent with the prefill leg only.
+    """
     mode = kv_mode_for_worker(pair.prefill)
     if not mode.accepts_minted_id:
         raise ValueError(f"prefill worker {pair.prefill.url} cannot take a minted transfer id")
     form = decode_form(request, pair.decode.language_model_only, True)
     decode_leg = build_decode_leg(request, form)
     minted = mint_transfer_id()
-    prefill_leg = request
-    sanitize_sampling_for_prefill(prefill_leg)
-    prefill_leg.stream = False
+    minted_params = json.dumps({"transfer_id": minted})
+    # Its own message: ``request`` stays what the client asked for (the answer is built
+    # from it, and a retry after a failed start sends it again).
+    prefill_leg = prefill_leg_of(request)
     prefill_leg.kv_transfer_params_json = prefill_tag(mode, True, minted) or ""
     handoff(mode, True, None, minted, decode_leg)
     record_leg("prefill", prefill_leg, pixels)
     record_leg("decode", decode_leg)
 
     started = time.perf_counter()
-    prefill_call = send(registry, pair.prefill, prefill_leg, timeout_s, pixels)
+    prefill_call = send(
+        registry,
+        pair.prefill,
+        prefill_leg,
+        timeout_s,
+        pixels,
+        error_code="prefill_worker_failed_to_start",
+    )
     del pixels  # serialized into the prefill call: the gateway keeps no copy
     prefill = asyncio.ensure_future(
         first_frame(prefill_call, pair.prefill, "prefill_worker_failed_to_start")
@@ -72,15 +84,23 @@ async def open_parallel(
         pair.prefill_done(True)
         decode_stream, decode_first = decode.result()
     except TandemError as err:
-        metrics.WORKER_ERRORS.labels("prefill" if "prefill" in err.code else "decode").inc()
+        if err.leg is not None:
+            metrics.WORKER_ERRORS.labels(err.leg).inc()
         for task in (prefill, decode):
             await _retire(task)
         # A prefill that finished before its decode leg failed holds KV nobody will pull.
-        await release_prefill_kv(pair.prefill, mode, json.dumps({"transfer_id": minted}))
+        await release_prefill_kv(pair.prefill, mode, minted_params)
         raise
-    except BaseException:
-        for task in (prefill, decode):
-            await _retire(task)
+    except BaseException as exc:
+        await _retire(prefill)
+        if isinstance(exc, asyncio.CancelledError):
+            # The client left (or the request timed out): a decode leg still pulling its
+            # KV is aborted after the pull, and the prefill's KV is freed now.
+            await abandon_decode(
+                decode, lambda: release_prefill_kv(pair.prefill, mode, minted_params)
+            )
+        else:
+            await _retire(decode)
         raise
     metrics.PD_TTFT_SECONDS.observe(time.perf_counter() - started)
     metrics.PD_KV_MODE.labels(mode.kind.value).inc()
@@ -96,8 +116,37 @@ async def _retire(task: asyncio.Future) -> None:
         await stream.aclose()
 
 
-async def merge(opened: list[OpenedStream]) -> AsyncIterator[pb.GenerateResponse]:
-    """Frames of n single-sample streams as one stream, each restamped with its index."""
+class Merged:
+    """Frames of n single-sample streams as one stream, each restamped with its index.
+
+    ``aclose`` closes every sub-stream, also when iteration never started.
+    """
+
+    __slots__ = ("_frames", "_opened")
+
+    def __init__(self, opened: list[OpenedStream]) -> None:
+        self._opened = opened
+        self._frames = _merge(opened)
+
+    def __aiter__(self) -> Merged:
+        return self
+
+    async def __anext__(self) -> pb.GenerateResponse:
+        return await anext(self._frames)
+
+    async def aclose(self) -> None:
+        try:
+            await self._frames.aclose()
+        finally:
+            for stream in self._opened:
+                await stream.frames.aclose()
+
+
+def merge(opened: list[OpenedStream]) -> Merged:
+    return Merged(opened)
+
+
+async def _merge(opened: list[OpenedStream]) -> AsyncGenerator[pb.GenerateResponse, None]:
     queue: asyncio.Queue[tuple[int, pb.GenerateResponse | BaseException | None]] = asyncio.Queue()
 
     async def pump(index: int, stream: OpenedStream) -> None:

@@ -1,9 +1,10 @@
 """Sequential PD dispatch (vLLM style): prefill, drain, relay the KV params, then decode.
 
-The decode leg is built before the prefill leg is sent (behaviour A): the prefill
-leg is the original request itself, so the pixel payload exists once and is
-gone with it; the decode leg never holds pixel bytes (except the Full form for
-n > 1, where the decode worker must recompute the prompt itself).
+The decode leg is built before the prefill leg is sent, and both legs are new
+messages: the request in the context stays what the client asked for. The pixel
+payload travels beside the messages, exists once and leaves with the prefill leg;
+the decode leg never holds pixel bytes (except the Full form for n > 1, where the
+decode worker must recompute the prompt itself).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tandem.gateway.pd.connector import (
     mint_transfer_id,
     prefill_tag,
 )
+from tandem.gateway.pd.deferred_abort import first_decode_frame
 from tandem.gateway.pd.forms import (
     DecodeForm,
     build_decode_leg,
@@ -38,7 +40,7 @@ from tandem.gateway.pipeline.dispatch import OpenedStream, first_frame, relay, s
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.wire.kv_params import complete_kv_params_json
 from tandem.wire.proto import MediaIdentity
-from tandem.wire.requests import has_mm_inputs, sampling_n, sanitize_sampling_for_prefill
+from tandem.wire.requests import has_mm_inputs, prefill_leg_of, sampling_n
 
 log = logging.getLogger("tandem.gateway.pd")
 
@@ -62,12 +64,9 @@ async def open_sequential(
     stripped = is_stripped(request, form)
     original_has_mm = has_mm_inputs(request)
 
-    prefill_leg = request  # moved, not copied: the pixels travel once
-    saved_sampling = type(request.sampling_params)()
-    saved_sampling.CopyFrom(request.sampling_params)
-    saved_stream = request.stream
-    sanitize_sampling_for_prefill(prefill_leg)
-    prefill_leg.stream = False
+    # The prefill leg is its own message, so ``request`` (ctx.wire) keeps describing what
+    # the client asked for; the pixels stay beside the messages and go with the first leg.
+    prefill_leg = prefill_leg_of(request)
     tag = prefill_tag(mode, relay_kv, minted)
     if tag is not None:
         prefill_leg.kv_transfer_params_json = tag
@@ -79,19 +78,22 @@ async def open_sequential(
 
     started = time.perf_counter()
     try:
-        stream = send(registry, pair.prefill, prefill_leg, timeout_s, pixels)
+        stream = send(
+            registry,
+            pair.prefill,
+            prefill_leg,
+            timeout_s,
+            pixels,
+            error_code="prefill_worker_failed_to_start",
+        )
         if decode_pixels is None:
             ctx.pixels = pixels = None  # sent: the pixels leave the gateway (behaviour A)
         stream, first = await first_frame(stream, pair.prefill, "prefill_worker_failed_to_start")
-    except TandemError:
-        metrics.WORKER_ERRORS.labels("prefill").inc()
-        # Nothing was served: give the request back intact so a retry can use another pair.
-        prefill_leg.sampling_params.CopyFrom(saved_sampling)
-        prefill_leg.stream = saved_stream
-        prefill_leg.ClearField("kv_transfer_params_json")
+    except TandemError as err:
+        if err.leg is not None:
+            metrics.WORKER_ERRORS.labels(err.leg).inc()
         raise
-    ctx.wire = decode_leg
-    del prefill_leg, request  # the gRPC call has serialized the pixels; let them go
+    del prefill_leg
     kv_json, identity = await _drain(stream, first)
     pair.prefill_done(True)
     drained = time.perf_counter()
@@ -117,13 +119,26 @@ async def open_sequential(
     try:
         guard_stripped_leg(decode_leg, stripped, rid)
         guard_identity_leg(decode_leg, form, rid, original_has_mm=original_has_mm)
-        decode_stream = send(registry, pair.decode, decode_leg, timeout_s, decode_pixels)
-        ctx.pixels = pixels = decode_pixels = None
-        decode_stream, decode_first = await first_frame(
-            decode_stream, pair.decode, "decode_worker_failed_to_start"
+        decode_stream = send(
+            registry,
+            pair.decode,
+            decode_leg,
+            timeout_s,
+            decode_pixels,
+            error_code="decode_worker_failed_to_start",
         )
-    except TandemError:
-        metrics.WORKER_ERRORS.labels("decode").inc()
+        ctx.pixels = pixels = decode_pixels = None
+        # Until its first frame decode is pulling KV: a client leaving now aborts it only
+        # after the pull (pd/deferred_abort.py) and frees the prefill's KV at once.
+        decode_stream, decode_first = await first_decode_frame(
+            decode_stream,
+            pair.decode,
+            "decode_worker_failed_to_start",
+            lambda: release_prefill_kv(pair.prefill, mode, kv_json),
+        )
+    except TandemError as err:
+        if err.leg is not None:
+            metrics.WORKER_ERRORS.labels(err.leg).inc()
         # The decode leg will never pull: free the prefill worker's KV now, not at lease end.
         await release_prefill_kv(pair.prefill, mode, kv_json)
         raise

@@ -28,6 +28,11 @@ class RequestContext:
     image_urls: list[str] = field(default_factory=list)
     # media stage
     mm_path: str | None = None  # "router" | "worker" | None (no media)
+    # Worker path: the media_refs carry http(s) URLs for the worker to fetch, so only Tandem
+    # workers (which fetch under Tandem's media guard) may be selected. When the gateway
+    # fetched them instead (data: refs), ``image_urls`` then holds the forwarded schemes'
+    # form: an inlined image as its bare "data:<type>;base64," header.
+    refs_for_tandem_workers_only: bool = False
     media_runs: list[tuple[int, int, str]] = field(default_factory=list)  # (offset, len, hash)
     # request stage; the pixels stay beside the message until a leg is sent (wire.pixels)
     wire: GenerateRequest | None = None

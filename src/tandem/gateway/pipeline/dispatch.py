@@ -10,15 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 
 from tandem.errors import WORKER_ERROR_CODE_KEY, TandemError, error_from_grpc, make_error
 from tandem.gateway import metrics
 from tandem.gateway.config import GatewayConfig
-from tandem.gateway.multimodal.path import filter_media_ref_capable
+from tandem.gateway.multimodal.path import check_media_ref_schemes, filter_media_ref_capable
 from tandem.gateway.pd.leg_bytes import record_leg
 from tandem.gateway.pipeline.context import RequestContext
 from tandem.gateway.workers.client import GenerateStream
@@ -31,12 +32,29 @@ from tandem.wire.proto import GenerateRequest, pb
 log = logging.getLogger("tandem.gateway.dispatch")
 
 
+class Frames(Protocol):
+    """What an opened stream yields: frames, and ``aclose`` to drop what is left."""
+
+    def __aiter__(self) -> AsyncIterator[pb.GenerateResponse]: ...
+
+    def __anext__(self) -> Awaitable[pb.GenerateResponse]: ...
+
+    async def aclose(self) -> None: ...
+
+
 @dataclass(slots=True)
 class OpenedStream:
     """A worker stream whose first frame has arrived; ``close`` settles the accounting."""
 
-    frames: AsyncIterator[pb.GenerateResponse]
+    frames: Frames
     close: Callable[[bool], None]
+
+    async def abandon(self) -> None:
+        """Drop the worker call(s) and settle the counts, if nothing else did (idempotent)."""
+        try:
+            await self.frames.aclose()
+        finally:
+            self.close(False)
 
 
 def selection_input(ctx: RequestContext) -> SelectionInput:
@@ -51,6 +69,10 @@ def candidates(
         pool = [w for w in pool if w.supports_vision]
     if ctx.mm_path == "worker":
         pool = filter_media_ref_capable(pool, lambda w: w.accepts_media_refs, role)
+        if ctx.refs_for_tandem_workers_only:
+            # URLs are handed only to workers that fetch under Tandem's media guard; a
+            # vLLM worker registered after the media stage decided gets none of them.
+            pool = [w for w in pool if w.enforces_tandem_media_policy]
     return pool
 
 
@@ -69,14 +91,29 @@ def send(
     request: GenerateRequest,
     timeout_s: float,
     pixels: PixelPayload | None = None,
+    *,
+    error_code: str = "worker_error",
 ) -> GenerateStream:
     """Start the call; the request (and ``pixels``) are serialized before this returns.
 
-    Raw pixels are normalized here for a worker that does not normalize on device.
+    Raw pixels are normalized here for a worker that does not normalize on device. A
+    worker removed from the registry since it was selected (``DELETE /workers`` between
+    two PD legs) fails the leg with ``error_code`` as a 503 charged to no worker.
     """
+    try:
+        client = registry.client(worker.url)
+    except KeyError:
+        err = make_error(
+            error_code,
+            f"worker {worker.url} was removed while the request was in flight",
+            status=503,
+            retryable=True,
+        )
+        err.leg = None  # not the worker's fault: no breaker counts it
+        raise err from None
     if pixels is not None:
         pixels = pixels.for_worker(worker.device_normalizes)
-    return registry.client(worker.url).generate(request, timeout=timeout_s, pixels=pixels)
+    return client.generate(request, timeout=timeout_s, pixels=pixels)
 
 
 async def first_frame(
@@ -102,21 +139,53 @@ async def start_stream(
     error_code: str,
 ) -> tuple[GenerateStream, pb.GenerateResponse]:
     """``send`` and ``first_frame`` for a leg that carries no pixel payload."""
-    return await first_frame(send(registry, worker, request, timeout_s), worker, error_code)
+    stream = send(registry, worker, request, timeout_s, error_code=error_code)
+    return await first_frame(stream, worker, error_code)
 
 
-async def relay(
-    stream: GenerateStream, first: pb.GenerateResponse, error_code: str
-) -> AsyncIterator[pb.GenerateResponse]:
+class Relay:
+    """The frames of one opened worker stream, its first frame included.
+
+    Mid-stream gRPC failures come out as ``error_code``. ``aclose`` drops the worker
+    call (Abort, unless it completed) even when iteration never started: an async
+    generator that never ran skips its ``finally``, and a stream whose SSE response
+    never began must still end its worker call.
+    """
+
+    __slots__ = ("_error_code", "_first", "_stream")
+
+    def __init__(self, stream: GenerateStream, first: pb.GenerateResponse, error_code: str) -> None:
+        self._stream = stream
+        self._first: pb.GenerateResponse | None = first
+        self._error_code = error_code
+
+    def __aiter__(self) -> Relay:
+        return self
+
+    async def __anext__(self) -> pb.GenerateResponse:
+        first, self._first = self._first, None
+        if first is not None:
+            return first
+        try:
+            return await anext(self._stream)
+        except StopAsyncIteration:
+            await self.aclose()
+            raise
+        except grpc.aio.AioRpcError as err:
+            await self.aclose()
+            raise _from_rpc_error(self._error_code, err) from None
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        self._first = None
+        await self._stream.aclose()
+
+
+def relay(stream: GenerateStream, first: pb.GenerateResponse, error_code: str) -> Relay:
     """Yield the stream's frames (the first one included); map mid-stream failures."""
-    yield first
-    try:
-        async for frame in stream:
-            yield frame
-    except grpc.aio.AioRpcError as err:
-        raise _from_rpc_error(error_code, err) from None
-    finally:
-        await stream.aclose()
+    return Relay(stream, first, error_code)
 
 
 def claim(worker: Worker, policy: Policy, ctx: RequestContext) -> Callable[[bool], None]:
@@ -139,6 +208,14 @@ def claim(worker: Worker, policy: Policy, ctx: RequestContext) -> Callable[[bool
     return close
 
 
+def next_attempt(ctx: RequestContext, attempt: int) -> None:
+    """Give a retried request a fresh backend id: the failed try's legs were dropped, and
+    the Abort a worker got for that id (or remembers, if it arrived first) must not
+    end the retry. Worker logs still show the gateway's id, with a ``-retryN`` suffix."""
+    assert ctx.wire is not None
+    ctx.wire.request_id = f"{ctx.request_id}-retry{attempt}"
+
+
 async def backoff(attempt: int) -> None:
     await asyncio.sleep(random.uniform(0.5, 1.0) * min(0.05 * 2**attempt, 1.0))
 
@@ -159,6 +236,9 @@ class AggregatedDispatcher:
         while True:
             pool = candidates(self.registry, ctx, "regular", tried)
             worker = pick(self.policy, pool, ctx, "worker")
+            if ctx.mm_path == "worker":
+                # As for a PD pair: every ref's scheme must be one the worker accepts (400).
+                check_media_ref_schemes(ctx.image_urls, [worker.media_ref_schemes])
             close = claim(worker, self.policy, ctx)
             ctx.served_by = [worker.url]
             timeout = self.config.request_timeout_s
@@ -176,6 +256,7 @@ class AggregatedDispatcher:
                     raise
                 log.warning("request %s: %s failed (%s); retrying", ctx.request_id, worker.url, err)
                 attempt += 1
+                next_attempt(ctx, attempt)
                 tried.add(worker.url)
                 metrics.RETRIES.labels(ctx.route).inc()
                 await backoff(attempt)

@@ -2,7 +2,12 @@
 
 Router path: fetch, decode, preprocess, expand and hash here, writing the pixel
 tensor once, straight into the wire request. Worker path: forward the URLs as
-``media_refs`` after the same URL checks the router path would apply.
+``media_refs`` after the same URL checks the router path would apply; when a worker that
+could take them does not enforce Tandem's media policy (a vLLM worker), fetch the http(s)
+ones here under the guard and forward their bytes as ``data:`` URLs instead.
+
+Either way the prompt's image anchors are checked first, before anything is vetted or
+fetched.
 """
 
 from __future__ import annotations
@@ -14,21 +19,35 @@ from tandem.errors import make_error
 from tandem.gateway import metrics
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.multimodal.assemble import expand_and_assemble_detached
+from tandem.gateway.multimodal.inline_refs import (
+    check_data_refs_accepted,
+    gateway_must_fetch,
+    has_network_refs,
+    inline_network_refs,
+)
 from tandem.gateway.multimodal.media_refs import build_media_refs
 from tandem.gateway.multimodal.path import choose_mm_path
-from tandem.gateway.multimodal.plan import plan_images
+from tandem.gateway.multimodal.plan import MediaPlan, check_anchors, plan_images
 from tandem.gateway.multimodal.process import process_images
 from tandem.gateway.pipeline.context import RequestContext
 from tandem.gateway.workers.worker import Worker
 from tandem.media import media_hash
+from tandem.media.budget import ByteLease
 
 log = logging.getLogger("tandem.gateway.media")
 
 
 async def prepare_media(
-    ctx: RequestContext, config: GatewayConfig, workers: Sequence[Worker]
+    ctx: RequestContext,
+    config: GatewayConfig,
+    workers: Sequence[Worker],
+    lease: ByteLease | None = None,
 ) -> None:
-    """``workers``: every registered worker of the model (healthy or not, every role)."""
+    """``workers``: every registered worker of the model (healthy or not, every role).
+
+    ``lease``: the request's share of the in-flight image budget, charged on the router
+    path before any image is decoded (gateway/multimodal/process.py).
+    """
     if not ctx.image_urls:
         return
     model = ctx.model
@@ -43,6 +62,9 @@ async def prepare_media(
             "a language model only, without a vision encoder",
         )
     plan = plan_images(ctx.image_urls, config.mm_per_request_image_limit)
+    # A prompt that cannot pair its images with placeholders costs no media traffic, on
+    # either path (400 multimodal_prompt_contract_mismatch).
+    check_anchors(ctx.prompt_ids, model.info, len(plan))
     decision = choose_mm_path(
         config.mm_processing,
         forwardable=plan.forwardable,
@@ -55,8 +77,7 @@ async def prepare_media(
     wire = ctx.wire
     assert wire is not None
     if decision.path == "worker":
-        refs = await build_media_refs(plan, ctx.prompt_ids, model.info, config.media)
-        wire.media_refs.CopyFrom(refs)
+        await _forward_media_refs(ctx, config, workers, plan)
         # Routing sees one anchor per image here; key each by its URL so that the
         # cache-aware policy never counts two different images as a shared prefix.
         anchor = model.info.anchor_token_id
@@ -66,7 +87,7 @@ async def prepare_media(
             for pos, url in zip(anchors, plan.image_urls, strict=True)
         ]
         return
-    processed = await process_images(plan, model.info, model.processor, config.media)
+    processed = await process_images(plan, model.info, model.processor, config.media, lease=lease)
     metrics.MEDIA_FETCH_SECONDS.observe(processed.timings.fetch_s + processed.timings.decode_s)
     metrics.MEDIA_PREPROCESS_SECONDS.observe(processed.timings.preprocess_s)
     expanded, batch, ctx.pixels = expand_and_assemble_detached(
@@ -78,3 +99,36 @@ async def prepare_media(
     ctx.media_runs = [
         (p.offset, p.length, h) for p, h in zip(batch.mm_placeholders, batch.mm_hashes, strict=True)
     ]
+
+
+async def _forward_media_refs(
+    ctx: RequestContext, config: GatewayConfig, workers: Sequence[Worker], plan: MediaPlan
+) -> None:
+    """Vet the URLs and put them on the wire as ``media_refs``, inlined where needed."""
+    wire = ctx.wire
+    assert wire is not None
+    urls = plan.image_urls
+    inline = gateway_must_fetch(workers)
+    if inline:
+        roles = ("prefill", "decode") if config.pd_disaggregation else ("regular",)
+        check_data_refs_accepted(urls, workers, roles)
+    refs = await build_media_refs(plan, ctx.prompt_ids, ctx.model.info, config.media)
+    wire.media_refs.CopyFrom(refs)
+    del refs
+    if not inline:
+        # Only workers that fetch under Tandem's guard may be handed these URLs, also a
+        # worker registered between now and selection (pipeline/dispatch.candidates).
+        ctx.refs_for_tandem_workers_only = has_network_refs(urls)
+        return
+    inlined = await inline_network_refs(wire.media_refs, config.media)
+    if inlined.items:
+        metrics.MEDIA_FETCH_SECONDS.observe(inlined.fetch_s)
+        log.debug(
+            "request %s: fetched %d image(s), %d bytes, for workers that are not Tandem "
+            "workers; forwarded as data: URLs",
+            ctx.request_id,
+            inlined.items,
+            inlined.fetched_bytes,
+        )
+    # The selection checks (media_ref_schemes) see the schemes as forwarded.
+    ctx.image_urls = inlined.forwarded

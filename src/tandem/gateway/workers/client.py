@@ -23,6 +23,7 @@ import grpc
 
 from tandem.wire.pixels import PixelPayload, serialize_with_pixels
 from tandem.wire.proto import common, pb, pb_grpc
+from tandem.wire.worker_marker import TANDEM_WORKER_METADATA_KEY
 
 log = logging.getLogger("tandem.gateway.workers")
 
@@ -152,6 +153,21 @@ class WorkerClient:
         return await self._stub.GetServerInfo(
             pb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=wait_for_ready
         )
+
+    async def get_server_info_and_marker(
+        self, timeout: float | None = None, wait_for_ready: bool = False
+    ) -> tuple[pb.GetServerInfoResponse, str]:
+        """``GetServerInfo`` and the Tandem worker marker of its trailing metadata ("" if none).
+
+        See :mod:`tandem.wire.worker_marker`: only Tandem workers send the marker.
+        """
+        call = self._stub.GetServerInfo(
+            pb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=wait_for_ready
+        )
+        response = await call
+        trailing = await call.trailing_metadata()
+        marker = next((str(v) for k, v in trailing or () if k == TANDEM_WORKER_METADATA_KEY), "")
+        return response, marker
 
     async def health_check(self, timeout: float = 2.0) -> bool:
         """True iff the worker answered in time and said it is healthy."""

@@ -15,6 +15,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
 from tandem.wire.proto import pb
+from tandem.wire.worker_marker import TANDEM_WORKER_LABEL
 
 # GetServerInfo fields 1-4 are the worker's runtime state at the moment of the call
 # (uptime, pause flag, …), not capabilities; frozen into labels they would only mislead.
@@ -52,10 +53,19 @@ def server_labels(info: pb.GetServerInfoResponse) -> dict[str, str]:
 
 
 def worker_labels(
-    model_info: pb.GetModelInfoResponse, server_info: pb.GetServerInfoResponse
+    model_info: pb.GetModelInfoResponse,
+    server_info: pb.GetServerInfoResponse,
+    tandem_marker: str = "",
 ) -> dict[str, str]:
-    """Model labels, then server labels (the two messages share no field names)."""
-    return {**model_labels(model_info), **server_labels(server_info)}
+    """Model labels, then server labels (the two messages share no field names).
+
+    ``tandem_marker`` is what a Tandem worker sent beside its server info
+    (:mod:`tandem.wire.worker_marker`); it becomes the ``tandem_worker`` label.
+    """
+    labels = {**model_labels(model_info), **server_labels(server_info)}
+    if tandem_marker:
+        labels[TANDEM_WORKER_LABEL] = tandem_marker
+    return labels
 
 
 def model_id_of(info: pb.GetModelInfoResponse) -> str:

@@ -19,6 +19,7 @@ from tandem.gateway.workers.breaker import CircuitBreaker
 from tandem.gateway.workers.client import WorkerClient
 from tandem.gateway.workers.labels import model_id_of, worker_labels
 from tandem.gateway.workers.worker import ROLES, Worker, WorkerRole
+from tandem.hostport import canonical_address
 
 log = logging.getLogger("tandem.gateway.workers")
 
@@ -78,7 +79,7 @@ class WorkerRegistry:
 
     def remove(self, url: str) -> bool:
         """Forget ``url``; its channel closes in the background after a grace period."""
-        url = normalize_url(url)
+        url = _lookup_key(url)
         worker = self._workers.pop(url, None)
         if worker is None:
             return False
@@ -91,11 +92,11 @@ class WorkerRegistry:
         return True
 
     def get(self, url: str) -> Worker | None:
-        return self._workers.get(normalize_url(url))
+        return self._workers.get(_lookup_key(url))
 
     def client(self, url: str) -> WorkerClient:
         try:
-            return self._clients[normalize_url(url)]
+            return self._clients[_lookup_key(url)]
         except KeyError:
             raise KeyError(f"no registered worker {url}") from None
 
@@ -130,14 +131,16 @@ class WorkerRegistry:
         return len(self._workers)
 
     def __contains__(self, url: object) -> bool:
-        return isinstance(url, str) and normalize_url(url) in self._workers
+        return isinstance(url, str) and _lookup_key(url) in self._workers
 
     async def _discover(self, url: str, role: WorkerRole, client: WorkerClient) -> Worker:
         try:
             # wait_for_ready: a worker still starting up gets the whole timeout to appear.
-            model_info, server_info = await asyncio.gather(
+            model_info, (server_info, marker) = await asyncio.gather(
                 client.get_model_info(timeout=self.connect_timeout_s, wait_for_ready=True),
-                client.get_server_info(timeout=self.connect_timeout_s, wait_for_ready=True),
+                client.get_server_info_and_marker(
+                    timeout=self.connect_timeout_s, wait_for_ready=True
+                ),
             )
         except grpc.aio.AioRpcError as err:
             raise WorkerUnreachableError(url, f"{err.code().name}: {err.details()}") from err
@@ -147,7 +150,7 @@ class WorkerRegistry:
         return Worker(
             url=url,
             role=role,
-            labels=worker_labels(model_info, server_info),
+            labels=worker_labels(model_info, server_info, marker),
             model_id=model_id,
             healthy=True,
             breaker=self._breaker_factory(),
@@ -162,8 +165,16 @@ class WorkerRegistry:
 
 
 def normalize_url(url: str) -> str:
-    """``grpc://host:port/`` and ``host:port`` name the same worker."""
-    url = url.strip()
-    if url.startswith("grpc://"):
-        url = url[len("grpc://") :]
-    return url.rstrip("/")
+    """``grpc://host:port/`` and ``host:port`` name the same worker; IPv6 in brackets.
+
+    Raises ValueError for text that is no ``host:port`` (e.g. an unbracketed ``::1:50051``).
+    """
+    return canonical_address(url, "grpc")
+
+
+def _lookup_key(url: str) -> str:
+    # A lookup of malformed text finds nothing; only ``add`` reports the malformation.
+    try:
+        return normalize_url(url)
+    except ValueError:
+        return url

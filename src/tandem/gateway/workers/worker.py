@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tandem.gateway.workers.breaker import CircuitBreaker
+from tandem.wire.worker_marker import TANDEM_WORKER_LABEL
 
 WorkerRole = Literal["regular", "prefill", "decode"]
 ROLES: tuple[str, ...] = ("regular", "prefill", "decode")
@@ -46,6 +47,15 @@ class Worker:
     def accepts_media_refs(self) -> bool:
         """A non-empty ``mm_processor`` is the worker's promise to take ``media_refs``."""
         return bool(self.labels.get(MM_PROCESSOR_LABEL))
+
+    @property
+    def enforces_tandem_media_policy(self) -> bool:
+        """A Tandem worker: it fetches ``media_refs`` URLs under Tandem's media guard.
+
+        Any other worker (vLLM) may follow a redirect or a re-resolved name to an address
+        the gateway refuses, so it is sent only ``data:`` URLs (docs/operations.md).
+        """
+        return bool(self.labels.get(TANDEM_WORKER_LABEL))
 
     @property
     def media_ref_schemes(self) -> frozenset[str]:

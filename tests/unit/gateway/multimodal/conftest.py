@@ -56,6 +56,7 @@ def origin(_origin_server: ImageOrigin) -> ImageOrigin:
     with _origin_server.state.lock:
         _origin_server.state.requests.clear()
         _origin_server.state.files.clear()
+        _origin_server.state.redirects.clear()
     return _origin_server
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,6 +39,7 @@ def data_url(data: bytes, mime: str = "image/png") -> str:
 @dataclass
 class OriginState:
     files: dict[str, bytes] = field(default_factory=dict)
+    redirects: dict[str, str] = field(default_factory=dict)  # path -> Location (302)
     requests: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -58,6 +60,13 @@ class _Handler(BaseHTTPRequestHandler):
         with state.lock:
             state.requests.append(self.path)
             body = state.files.get(self.path)
+            location = state.redirects.get(self.path)
+        if location is not None:
+            self.send_response(302)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         status = 200 if body is not None else 404
         body = body if body is not None else b"not found"
         self.send_response(status)
@@ -84,6 +93,12 @@ class ImageOrigin(ThreadingHTTPServer):
     def url(self, path: str, host: str = "127.0.0.1") -> str:
         return f"http://{host}:{self.port}{path}"
 
+    def redirect(self, path: str, location: str) -> str:
+        """``path`` answers 302 to ``location``; returns the URL of ``path``."""
+        with self.state.lock:
+            self.state.redirects[path] = location
+        return self.url(path)
+
     def serve(self, path: str, body: bytes) -> str:
         with self.state.lock:
             self.state.files[path] = body
@@ -96,3 +111,44 @@ class ImageOrigin(ThreadingHTTPServer):
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
+
+
+class ConnectionCounter:
+    """A TCP listener on 127.0.0.1 that counts the connections it accepts, then drops them.
+
+    Stands for an address the media policy refuses: a test asserts that it saw none.
+    """
+
+    def __init__(self) -> None:
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._sock.settimeout(0.05)
+        self.connections = 0
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._sock.getsockname()[1])
+
+    def url(self, path: str = "/secret.png") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            conn.close()
+
+    def start(self) -> ConnectionCounter:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(2)
+        self._sock.close()

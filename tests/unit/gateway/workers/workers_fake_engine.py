@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +88,7 @@ class FakeEngineState:
     fail_after_first: grpc.StatusCode | None = None
     aborted: list[str] = field(default_factory=list)
     generate_calls: list[str] = field(default_factory=list)
+    generate_requests: list[pb.GenerateRequest] = field(default_factory=list)
     generate_cancelled: list[str] = field(default_factory=list)
     abort_seen: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -101,6 +102,7 @@ class FakeEngineServicer(pb_grpc.VllmEngineServicer):
     ) -> AsyncIterator[pb.GenerateResponse]:
         state = self.state
         state.generate_calls.append(request.request_id)
+        state.generate_requests.append(request)
         if state.fail_at_start is not None:
             await context.abort(state.fail_at_start, "refused before any output")
         try:
@@ -163,8 +165,13 @@ class FakeEngineServicer(pb_grpc.VllmEngineServicer):
 class FakeEngineWorker:
     """A grpc.aio server on 127.0.0.1 running :class:`FakeEngineServicer`; restartable."""
 
-    def __init__(self, state: FakeEngineState | None = None) -> None:
+    def __init__(
+        self,
+        state: FakeEngineState | None = None,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    ) -> None:
         self.state = state or FakeEngineState()
+        self.interceptors = list(interceptors)
         self.port = 0
         self._server: grpc.aio.Server | None = None
 
@@ -174,7 +181,7 @@ class FakeEngineWorker:
 
     async def start(self) -> None:
         """Bind (a fresh port the first time, the same port after a stop) and serve."""
-        server = grpc.aio.server()
+        server = grpc.aio.server(interceptors=self.interceptors)
         pb_grpc.add_VllmEngineServicer_to_server(FakeEngineServicer(self.state), server)
         bound = server.add_insecure_port(f"127.0.0.1:{self.port}")
         if bound == 0:

@@ -1,0 +1,58 @@
+"""Advertise this worker as a Tandem worker on ``GetServerInfo`` (``tandem.wire.worker_marker``).
+
+A server interceptor, so the servicer stays a plain ``VllmEngine`` implementation: it wraps
+only the ``GetServerInfo`` handler and adds the marker to that call's trailing metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from tandem import __version__
+from tandem.wire.worker_marker import GET_SERVER_INFO_METHOD, TANDEM_WORKER_METADATA_KEY
+
+log = logging.getLogger("tandem.worker")
+
+
+class TandemMarker(grpc.aio.ServerInterceptor):
+    """Adds ``tandem-worker: <version>`` to every ``GetServerInfo`` answer."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if (
+            handler is None
+            or handler_call_details.method != GET_SERVER_INFO_METHOD
+            or handler.unary_unary is None
+        ):
+            return handler
+        inner = handler.unary_unary
+
+        async def get_server_info(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            response = await inner(request, context)
+            context.set_trailing_metadata(((TANDEM_WORKER_METADATA_KEY, __version__),))
+            return response
+
+        return grpc.unary_unary_rpc_method_handler(
+            get_server_info,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def server_interceptors(advertise_as_vllm: bool) -> list[grpc.aio.ServerInterceptor]:
+    """The worker's interceptors; none with ``--test-only-advertise-as-vllm``."""
+    if advertise_as_vllm:
+        log.warning(
+            "--test-only-advertise-as-vllm: this worker does not advertise itself as a Tandem "
+            "worker; gateways will send it gateway-fetched data: URLs instead of media URLs"
+        )
+        return []
+    return [TandemMarker()]
