@@ -28,6 +28,7 @@ test-vllm: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
 
 serve: $(STAMP)
 	$(VENV)/bin/tandem serve

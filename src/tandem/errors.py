@@ -19,19 +19,20 @@ status, and whether a retry on a freshly selected worker may succeed::
         └── GatewayTimeout         504  (request_timeout)  retryable
 
 Worker failures arrive as gRPC statuses; :func:`error_from_grpc` is the single
-place that turns one into a ``TandemError`` (status table of reference §1.8),
+place that turns one into a ``TandemError`` (status table: docs/pd-contract.md §17),
 and :func:`openai_error_body` renders any error as the OpenAI error JSON.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Literal
 
 import grpc
 
-# Statuses a retry on another worker may fix (reference: retry rule).
+# Statuses a retry on another worker may fix (docs/pd-contract.md §14).
 RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 
 
@@ -226,7 +227,7 @@ def make_error(code: str, message: str, **overrides: Any) -> TandemError:
     return cls(code, message, **overrides)
 
 
-# Reference §1.8: how a worker's gRPC status reads as an HTTP status.
+# How a worker's gRPC status reads as an HTTP status (docs/pd-contract.md §17).
 _GRPC_TO_HTTP: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.FAILED_PRECONDITION: 400,
@@ -250,8 +251,21 @@ def grpc_status_to_http(code: grpc.StatusCode) -> int:
 
 # Trailing-metadata key under which a Tandem worker names the client error it refused a
 # request with (e.g. ``media_too_large`` on the media_refs path). Other workers never send
-# it; the gateway then answers with the leg's own code, as the reference does.
+# it; the gateway then answers with the leg's own code (docs/pd-contract.md §17).
 WORKER_ERROR_CODE_KEY = "tandem-error-code"
+
+
+# A vLLM servicer starts some UNAVAILABLE messages with a reason token ("sidecar_timeout:
+# …", "sidecar_overloaded: …"). The only one that must not be retried: the worker already
+# waited its full media-processing budget, so another try would wait again.
+_NOT_RETRIED_REASONS = frozenset({"sidecar_timeout"})
+_REASON = re.compile(r"[a-z][a-z_]*(?=$|[:\s])")
+
+
+def worker_reason(details: str) -> str | None:
+    """The reason token a worker's message starts with (``"sidecar_timeout"``), if any."""
+    match = _REASON.match(details)
+    return match.group(0) if match else None
 
 
 def error_from_grpc(
@@ -272,7 +286,7 @@ def error_from_grpc(
     if spec is not None and spec.status < 500 and http < 500:
         code, http = str(worker_code), spec.status
     text = details or status.name
-    retryable = http in RETRYABLE_STATUSES and not text.startswith("sidecar_timeout")
+    retryable = http in RETRYABLE_STATUSES and worker_reason(text) not in _NOT_RETRIED_REASONS
     if spec is not None and not spec.retryable:
         retryable = False  # the worker says why, and a retry elsewhere cannot help
     cls = _CLASS_BY_STATUS.get(http) or (ClientError if http < 500 else ServerError)

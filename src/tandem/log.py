@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 import sys
 
+DEFAULT_LOG_LEVEL = "info"  # every command's --log-level
 
-def setup_logging(level: str = "info", role: str | None = None) -> None:
+
+def setup_logging(level: str = DEFAULT_LOG_LEVEL, role: str | None = None) -> None:
     """Log to stderr; a ``role`` prefix tells child processes apart in `tandem serve`."""
     prefix = f"[{role}] " if role else ""
     handler = logging.StreamHandler(sys.stderr)

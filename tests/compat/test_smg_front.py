@@ -222,7 +222,7 @@ def test_image_chat(front_name: str, request: pytest.FixtureRequest) -> None:
         after[i]["media_items_processed"] - before[i]["media_items_processed"] for i in (0, 1)
     ]
     assert processed == ([0, 0] if router_path else [2, 0])  # worker path: prefill only
-    if not router_path:  # reference §3: P processed refs; D got the identity, no refs
+    if not router_path:  # docs/pd-contract.md §10: P processed refs; D got the identity
         assert wait_for_line(front.prefill, "media_refs=1", at_least=2)
         assert wait_for_line(front.decode, "preprocessed_mm=True, media_refs=0", at_least=2)
         assert front.decode.count("media_refs=1") == 0

@@ -41,6 +41,24 @@ async def eventually(check: Callable[[], Any], timeout: float = 20.0, every: flo
         await asyncio.sleep(every)
 
 
+async def stays(check: Callable[[], Any], seconds: float, every: float = 0.05) -> None:
+    """Await ``check()`` (sync or async) for ``seconds``; fail the moment it is falsy.
+
+    For conditions that must keep holding (a process still running): there is no event to
+    wait for, so the wait is bounded, but a breach fails at once instead of after a sleep.
+    """
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if not value:
+            raise AssertionError("condition stopped holding")
+        if asyncio.get_running_loop().time() >= deadline:
+            return
+        await asyncio.sleep(every)
+
+
 @contextlib.contextmanager
 def paused(proc: Proc) -> Iterator[None]:
     """SIGSTOP ``proc`` (its calls hang, as a hung worker's would), SIGCONT on the way out."""

@@ -84,8 +84,12 @@ class ConnectionCounter:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._accept, daemon=True)
 
+    @property
+    def port(self) -> int:
+        return int(self._sock.getsockname()[1])
+
     def url(self, path: str = "/secret.png") -> str:
-        return f"http://127.0.0.1:{self._sock.getsockname()[1]}{path}"
+        return f"http://127.0.0.1:{self.port}{path}"
 
     def _accept(self) -> None:
         while not self._stopped.is_set():
@@ -98,11 +102,17 @@ class ConnectionCounter:
             self.connections += 1
             conn.close()
 
-    def __enter__(self) -> ConnectionCounter:
+    def start(self) -> ConnectionCounter:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self._stopped.set()
         self._thread.join(2)
         self._sock.close()
+
+    def __enter__(self) -> ConnectionCounter:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

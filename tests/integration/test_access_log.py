@@ -4,6 +4,7 @@ workers' "Generate request" lines. Real PD workers and gateways, the official op
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 import openai
 import pytest
 
+from .gateway_probe import eventually, metric
 from .processes import Proc, start_all
 
 MODEL = "tiny-qwen3-vl"
@@ -94,11 +96,27 @@ def test_a_refused_request_has_an_id_and_a_line_with_its_code(stack) -> None:
 
 def test_no_access_log_drops_the_line_but_keeps_the_header(stack) -> None:
     quiet = stack["quiet"]
+    counted = asyncio.run(chat_requests(quiet))
     raw = client(quiet).chat.completions.with_raw_response.create(
         model=MODEL, messages=MESSAGES, max_tokens=2
     )
     request_id = raw.headers["x-request-id"]
     assert REQUEST_ID.match(request_id)
     assert stack["decode"].count(f"Generate request {request_id}") == 1
-    time.sleep(0.5)  # the quiet gateway's log pump has had its chance
+    # The request counter moves in the same call that would write the access line
+    # (RequestRecord.finish in gateway/access_log.py), so once it has counted this request
+    # the line, had there been one, is in the quiet gateway's output pipe.
+    asyncio.run(eventually(lambda: _counted_beyond(quiet, counted)))
+    # An absent line has no event to wait for: a short bounded wait leaves the test's
+    # reader thread (processes._pump) time to move what is in the pipe into quiet.lines.
+    time.sleep(0.2)
     assert not [line for line in list(quiet.lines) if "tandem.gateway.access" in line]
+
+
+async def chat_requests(gateway: Proc) -> float:
+    """The chat requests ``gateway`` has finished (counted whether logged or not)."""
+    return await metric(gateway, "tandem_requests_total", route="chat")
+
+
+async def _counted_beyond(gateway: Proc, count: float) -> bool:
+    return await chat_requests(gateway) > count

@@ -19,7 +19,7 @@ from tandem.media import MediaPolicy
 from tandem.models.image_batch import decode_cost
 from tandem.models.processor import load_processor
 
-from .gateway_probe import chat, eventually, metric, paused, sse_payloads
+from .gateway_probe import chat, eventually, metric, paused, sse_payloads, stays
 from .image_server import png_bytes
 from .processes import Proc, start_all
 
@@ -198,7 +198,10 @@ async def test_sigterm_drains_in_flight_streams_and_exits_0(worker: Proc):
                     else:
                         assert late.status_code == 503, late.text
                         assert late.json()["error"]["code"] == "shutting_down"
-                await asyncio.sleep(0.5)
+                # Still running is no event to wait for: a bounded half second, watched so that
+                # an exit fails at once (a gateway that stopped without waiting for its
+                # in-flight stream would be gone well within it).
+                await stays(lambda: gateway.popen.poll() is None, seconds=0.5)
                 assert gateway.popen.poll() is None  # still draining while the worker hangs
             assert await asyncio.wait_for(in_flight, 60) == 200
         payloads = sse_payloads(lines)

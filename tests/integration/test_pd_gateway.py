@@ -1,7 +1,8 @@
-"""PD through the gateway: the correctness matrix of DESIGN.md §4, with the openai client.
+"""PD through the gateway: the correctness matrix, with the openai client.
 
-Every cell compares greedy output with an aggregated worker of the same model. Cells the
-reference forbids must answer their error code before the prefill worker sees anything.
+Every cell compares greedy output with an aggregated worker of the same model. Cells that no
+pairing can serve (docs/pd-contract.md §7) must answer their error code before the prefill
+worker sees anything.
 """
 
 from __future__ import annotations

@@ -16,15 +16,18 @@ import pytest
 from tandem.wire.proto import GenerateRequest
 from tandem.wire.requests import apply_media_identity, clone_without_mm, clone_without_mm_pixels
 
+from .gateway_probe import eventually
 from .processes import Proc, start_all
 from .wire_helpers import PREFILL_TAG, chat_prompt_ids, generate, image_data_url, request, stats
 
+PREFILL_LEASE_S = 3.0  # llava-prefill's lease
+SHORT_LEASE = ["--kv-lease-secs", str(PREFILL_LEASE_S)]
 WORKERS = {
     "qwen-both": ["--model", "tiny-qwen3-vl", "--role", "both"],
     "qwen-prefill": ["--model", "tiny-qwen3-vl", "--role", "prefill"],
     "qwen-decode": ["--model", "tiny-qwen3-vl", "--role", "decode"],
     "llava-both": ["--model", "tiny-llava-1.5", "--role", "both"],
-    "llava-prefill": ["--model", "tiny-llava-1.5", "--role", "prefill", "--kv-lease-secs", "3"],
+    "llava-prefill": ["--model", "tiny-llava-1.5", "--role", "prefill", *SHORT_LEASE],
     "llava-decode": ["--model", "tiny-llava-1.5", "--role", "decode"],
     "llava-lmo": ["--model", "tiny-llava-1.5", "--role", "decode", "--language-model-only"],
 }
@@ -139,9 +142,14 @@ async def test_handoff_releases_kv_and_leases_expire(workers, model_cache) -> No
     assert (await stats(prefill_worker.address))["held_kv_blocks"] == 0  # pulled = released
     await prefill(prefill_worker, request("lease-orphan", ids, [image_data_url(5)]))
     assert (await stats(prefill_worker.address))["held_kv_blocks"] > 0
-    import asyncio
 
-    await asyncio.sleep(4.5)  # the lease of this worker is 3 s
+    async def lease_expired() -> bool:
+        now = await stats(prefill_worker.address)
+        return now["held_kv_blocks"] == 0 and now["kv_expired"] >= 1
+
+    # Polled until it holds, bounded as the fixed wait was: the lease plus 1.5 s (the
+    # worker sweeps expired leases once a second).
+    await eventually(lease_expired, timeout=PREFILL_LEASE_S + 1.5)
     after = await stats(prefill_worker.address)
     assert after["held_kv_blocks"] == 0 and after["kv_expired"] >= 1
 

@@ -98,3 +98,14 @@ def test_openai_body_shape() -> None:
     assert openai_error_body(make_error("no_available_workers", "none"))["error"]["type"] == (
         "server_error"
     )
+
+
+def test_the_retry_rule_reads_the_workers_reason_token() -> None:
+    from tandem.errors import worker_reason
+
+    assert worker_reason("sidecar_timeout: waited 30 s") == "sidecar_timeout"
+    assert worker_reason("sidecar_overloaded: 64 waiting") == "sidecar_overloaded"
+    assert worker_reason("Deadline Exceeded") is None
+    # A token that only starts like one is another reason: retried as any 503.
+    late = error_from_grpc("worker_error", grpc.StatusCode.UNAVAILABLE, "sidecar_timeouts: x")
+    assert late.retryable

@@ -4,6 +4,8 @@ Requests arrive from the asyncio world through a thread-safe inbox; every model
 call happens on the compute thread, so the gRPC event loop never blocks on
 torch. Running samples advance one token per loop turn in round-robin order,
 which keeps concurrent streams moving together.
+
+:class:`EmbeddedEngine` implements the worker's ``engine.protocol.Engine``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import dataclasses
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
 from tandem.engine.aborts import PendingAborts
@@ -23,6 +25,8 @@ from tandem.engine.prefix_cache import PrefixCache
 from tandem.engine.request import EngineOutput, EngineRequest
 from tandem.engine.runner import ModelRunner, SequenceState
 from tandem.engine.sampling import Sampler, finish_reason
+from tandem.engine.stats import EngineCounters, EngineStats, engine_counters
+from tandem.engine.types import KVLayers, ModelShape
 
 log = logging.getLogger("tandem.engine")
 
@@ -46,20 +50,7 @@ class _Running:
     cached_tokens: int
 
 
-@dataclass(slots=True)
-class EngineStats:
-    """Counters read by the worker's stats endpoint (updated on the compute thread)."""
-
-    requests_by_outcome: dict[str, int] = field(default_factory=dict)
-    prompt_tokens: int = 0
-    generated_tokens: int = 0
-    prefill_computed_tokens: int = 0  # prompt tokens actually run through the model
-
-    def count(self, outcome: str) -> None:
-        self.requests_by_outcome[outcome] = self.requests_by_outcome.get(outcome, 0) + 1
-
-
-class Engine:
+class EmbeddedEngine:
     def __init__(
         self,
         runner: ModelRunner,
@@ -99,6 +90,16 @@ class Engine:
     def num_waiting(self) -> int:
         return self._inbox.qsize()
 
+    @property
+    def shape(self) -> ModelShape:
+        return self.runner.shape
+
+    def match_prefix(self, keys: Sequence[bytes]) -> tuple[int, KVLayers]:
+        return self.prefix_cache.match(keys)
+
+    def counters(self) -> EngineCounters:
+        return engine_counters(self.stats, self.prefix_cache, self.kv_store, self.num_running)
+
     # -- requests -----------------------------------------------------------------------
 
     def submit(self, request: EngineRequest, sink: Sink) -> None:
@@ -112,7 +113,11 @@ class Engine:
         """Outputs of ``request`` as they come; cancelling the iteration aborts it."""
         loop = asyncio.get_running_loop()
         outputs: asyncio.Queue[EngineOutput | BaseException] = asyncio.Queue()
-        self.submit(request, lambda item: loop.call_soon_threadsafe(outputs.put_nowait, item))
+
+        def sink(item: EngineOutput | BaseException) -> None:
+            loop.call_soon_threadsafe(outputs.put_nowait, item)
+
+        self.submit(request, sink)
         remaining = request.n
         try:
             while remaining:
@@ -182,6 +187,7 @@ class Engine:
             )
         items = request.media.items if request.media else []
         keys = block_keys(prompt, items, request.cache_salt, self.block_size)
+        cached: KVLayers | None
         if request.imported_kv is not None:
             cached, cached_tokens = request.imported_kv, request.local_cached_tokens
         else:

@@ -1,11 +1,10 @@
 """The ``null`` engine: answers at once with canned tokens, so that a gateway's cost is measured.
 
-It has the interface the worker's servicer uses (``generate``, ``abort``, ``num_running``,
-``num_waiting``, ``alive``, ``prefix_cache``, ``kv_store``, ``runner.shape``,
-``runner.eos_token_ids``, ``stats``) and loads no model weights. The protocol and the PD
-handoff are the real ones: a prefill leg stores a tiny placeholder KV (one layer, one head,
-one dimension: 8 bytes a token) under its transfer id, and the decode leg pulls it over
-the side channel exactly as with the embedded engine. The imported KV is then ignored.
+It implements the worker's ``engine.protocol.Engine``, as the embedded engine does, and
+loads no model weights. The gRPC protocol and the PD handoff are the real ones: a prefill
+leg stores a tiny placeholder KV (one layer, one head, one dimension: 8 bytes a token)
+under its transfer id, and the decode leg pulls it over the side channel exactly as with
+the embedded engine. The imported KV is then ignored.
 
 Outputs are one token a delta, cycling over the bytes of ``CANNED_TEXT`` (the built-in
 models' byte-level ids), stopping at ``max_tokens``; ``token_delay_s`` paces them to act
@@ -15,27 +14,18 @@ as a slow worker.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
 
 import torch
 
-from tandem.engine.core import EngineStats
 from tandem.engine.kv_store import KvStore
 from tandem.engine.prefix_cache import PrefixCache
 from tandem.engine.request import EngineOutput, EngineRequest
-from tandem.engine.types import ModelShape
+from tandem.engine.stats import EngineCounters, EngineStats, engine_counters
+from tandem.engine.types import KVLayers, ModelShape
 from tandem.models.info import ModelInfo
 
 CANNED_TEXT = b"null engine "
-
-
-@dataclass(slots=True)
-class NullRunner:
-    """What the servicer reads from a runner: the KV shape and the stop ids."""
-
-    shape: ModelShape
-    eos_token_ids: tuple[int, ...]
 
 
 def null_shape(info: ModelInfo) -> ModelShape:
@@ -60,15 +50,16 @@ class NullEngine:
         if token_delay_s < 0:
             raise ValueError("token_delay_s must be >= 0")
         shape = kv_store.shape
-        self.runner = NullRunner(shape, tuple(info.eos_token_ids))
-        self.prefix_cache = PrefixCache(shape, 0, block_size)  # disabled: nothing to reuse
+        self._shape = shape
+        # Disabled (no budget): nothing to reuse, but a decode leg's lookups still count.
+        self._prefix_cache = PrefixCache(shape, 0, block_size)
         self.kv_store = kv_store
         self.token_delay_s = token_delay_s
         self.stats = EngineStats()
         self._running: set[str] = set()
         self._aborted: set[str] = set()
         self._alive = False
-        canned = [b for b in CANNED_TEXT if b not in self.runner.eos_token_ids]
+        canned = [b for b in CANNED_TEXT if b not in info.eos_token_ids]
         self._canned = [b for b in canned if b < shape.vocab_size] or [0]
 
     def start(self) -> None:
@@ -89,6 +80,20 @@ class NullEngine:
     def num_waiting(self) -> int:
         return 0
 
+    @property
+    def shape(self) -> ModelShape:
+        return self._shape
+
+    @property
+    def block_size(self) -> int:
+        return self._prefix_cache.block_size
+
+    def match_prefix(self, keys: Sequence[bytes]) -> tuple[int, KVLayers]:
+        return self._prefix_cache.match(keys)
+
+    def counters(self) -> EngineCounters:
+        return engine_counters(self.stats, self._prefix_cache, self.kv_store, self.num_running)
+
     def abort(self, request_id: str) -> None:
         if request_id in self._running:
             self._aborted.add(request_id)
@@ -97,10 +102,10 @@ class NullEngine:
         prompt = request.prompt_ids
         if not prompt:
             raise ValueError("the prompt has no tokens")
-        if len(prompt) >= self.runner.shape.max_context:
+        if len(prompt) >= self._shape.max_context:
             raise ValueError(
                 f"prompt of {len(prompt)} tokens does not fit the model's context of "
-                f"{self.runner.shape.max_context}"
+                f"{self._shape.max_context}"
             )
         rid = request.request_id
         self._running.add(rid)

@@ -64,9 +64,11 @@ class ModelRunner:
         self.family = info.family
         self.model_type = info.model_type
         self.eos_token_ids: list[int] = list(info.eos_token_ids)
-        self._text_config = model.config.get_text_config()
-        self._lm = model.model.language_model
-        self._head = model.lm_head
+        # transformers resolves submodules dynamically: to a type checker they are Any.
+        hf: Any = model
+        self._text_config = hf.config.get_text_config()
+        self._lm: Any = hf.model.language_model
+        self._head: Any = hf.lm_head
         self.supports_vision = not isinstance(model, LanguageModelOnly)
         self._vision: VisionEncoder | None = (
             vision_encoder(model, info.family.name) if self.supports_vision else None

@@ -9,6 +9,8 @@ blocks and exported KV can keep referring to them safely.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from transformers import DynamicCache, PreTrainedConfig
 
@@ -36,7 +38,8 @@ def cache_from_kv(kv: KVLayers | None, text_config: PreTrainedConfig) -> Dynamic
     cache = DynamicCache(config=text_config)
     if not kv:
         return cache
-    for layer, (k, v) in zip(cache.layers, kv, strict=True):
+    layers: list[Any] = list(cache.layers)  # full-attention layers of a DynamicCache
+    for layer, (k, v) in zip(layers, kv, strict=True):
         key, value = k.unsqueeze(0), v.unsqueeze(0)
         layer.lazy_initialization(key, value)
         layer.keys, layer.values = key, value
@@ -44,4 +47,5 @@ def cache_from_kv(kv: KVLayers | None, text_config: PreTrainedConfig) -> Dynamic
 
 
 def kv_from_cache(cache: DynamicCache) -> KVLayers:
-    return [(layer.keys[0], layer.values[0]) for layer in cache.layers]
+    layers: list[Any] = list(cache.layers)  # full-attention layers of a DynamicCache
+    return [(layer.keys[0], layer.values[0]) for layer in layers]

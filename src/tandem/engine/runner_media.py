@@ -53,7 +53,7 @@ def plan_media(input_ids: Sequence[int], media: MediaInputs | None, info: ModelI
             f"media im_token_id {media.im_token_id} is not the model's image token "
             f"{info.image_token_id}"
         )
-    if not items:
+    if media is None or not items:
         return _plan_without_items(len(ids), image_pos, info)
     grid = _grids(media, len(items), info)
     counts = _token_counts(grid, len(items), info)

@@ -7,7 +7,7 @@ other images share its request (what the prefix cache's media keys assume).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -27,7 +27,8 @@ class VisionEncoder(Protocol):
 
 class QwenVisionEncoder:
     def __init__(self, model: nn.Module) -> None:
-        self._model = model.model  # Qwen3VLModel: owns the tower and the merger
+        hf: Any = model  # transformers resolves submodules dynamically
+        self._model: Any = hf.model  # Qwen3VLModel: owns the tower and the merger
 
     def encode(self, pixels: np.ndarray, grid: np.ndarray | None) -> ImageFeatures:
         if grid is None:
@@ -45,9 +46,10 @@ class QwenVisionEncoder:
 
 class LlavaVisionEncoder:
     def __init__(self, model: nn.Module) -> None:
-        self._model = model.model  # LlavaModel: tower + projector
-        self._layer = model.config.vision_feature_layer
-        self._strategy = model.config.vision_feature_select_strategy
+        hf: Any = model  # transformers resolves submodules dynamically
+        self._model: Any = hf.model  # LlavaModel: tower + projector
+        self._layer = hf.config.vision_feature_layer
+        self._strategy = hf.config.vision_feature_select_strategy
 
     def encode(self, pixels: np.ndarray, grid: np.ndarray | None) -> ImageFeatures:
         batch = np.ascontiguousarray(pixels, dtype=np.float32).reshape(1, *pixels.shape[-3:])

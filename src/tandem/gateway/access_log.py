@@ -13,7 +13,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from tandem.gateway import metrics
-from tandem.gateway.pipeline.context import RequestContext
+from tandem.gateway.context import RequestContext
+from tandem.gateway.types import Route
 
 log = logging.getLogger("tandem.gateway.access")
 
@@ -28,7 +29,7 @@ def new_request_id() -> str:
 class RequestRecord:
     """A request from its arrival; its context, once built, tells the rest of the line."""
 
-    route: str
+    route: Route
     enabled: bool = True  # --no-access-log: metrics only
     tenant: str | None = None  # named by the request's --tenant-api-key (gateway/auth.py)
     request_id: str = field(default_factory=new_request_id)

@@ -89,7 +89,7 @@ def parse_control_plane_key(spec: str) -> ControlPlaneKey:
         raise ValueError(
             f"--control-plane-api-keys {key_id}: role must be admin or user, not {role!r}"
         )
-    return ControlPlaneKey(key_id, name, role, key)  # type: ignore[arg-type]
+    return ControlPlaneKey(key_id, name, role, key)
 
 
 def check_distinct(keys: Sequence[ServingKey | ControlPlaneKey], flag: str) -> None:

@@ -7,15 +7,14 @@ import asyncio
 from pathlib import Path
 
 from tandem.gateway.auth_flags import access_config_from_args, add_access_flags
-from tandem.gateway.config import (
-    MM_MAX_INFLIGHT_BYTES,
-    MM_PROCESSING_MODES,
-    PD_DISPATCH_MODES,
-    GatewayConfig,
-)
+from tandem.gateway.config import GatewayConfig
+from tandem.gateway.types import EVENT_LOOPS, MM_PROCESSING_MODES, PD_DISPATCH_MODES, EventLoop
 from tandem.hostport import bare_host, canonical_address
-from tandem.log import setup_logging
+from tandem.log import DEFAULT_LOG_LEVEL, setup_logging
 from tandem.media.flags import add_media_flags, media_policy_from_args
+
+# Every flag's default is the config's own (tests/unit/test_cli_defaults.py checks it).
+_DEFAULTS = GatewayConfig()
 
 
 def _urls(values: list[str] | None) -> list[str]:
@@ -25,70 +24,72 @@ def _urls(values: list[str] | None) -> list[str]:
 
 def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("gateway", help="the OpenAI-compatible gateway")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default=_DEFAULTS.host)
+    p.add_argument("--port", type=int, default=_DEFAULTS.port)
     p.add_argument("--worker-urls", nargs="+", action="append", help="aggregated workers")
     p.add_argument("--pd-disaggregation", action="store_true")
     p.add_argument("--prefill", nargs="+", action="append", help="prefill worker URLs")
     p.add_argument("--decode", nargs="+", action="append", help="decode worker URLs")
-    p.add_argument("--policy", default="cache_aware")
-    p.add_argument("--prefill-policy", default=None)
-    p.add_argument("--decode-policy", default=None)
-    p.add_argument("--pd-dispatch", choices=PD_DISPATCH_MODES, default="sequential")
-    p.add_argument("--model-path", type=Path, default=None)
-    p.add_argument("--served-model-name", default=None)
-    p.add_argument("--mm-processing", choices=MM_PROCESSING_MODES, default="auto")
-    p.add_argument("--mm-per-request-image-limit", type=int, default=8)
+    p.add_argument("--policy", default=_DEFAULTS.policy)
+    p.add_argument("--prefill-policy", default=_DEFAULTS.prefill_policy)
+    p.add_argument("--decode-policy", default=_DEFAULTS.decode_policy)
+    p.add_argument("--pd-dispatch", choices=PD_DISPATCH_MODES, default=_DEFAULTS.pd_dispatch)
+    p.add_argument("--model-path", type=Path, default=_DEFAULTS.model_path)
+    p.add_argument("--served-model-name", default=_DEFAULTS.served_model_name)
+    p.add_argument("--mm-processing", choices=MM_PROCESSING_MODES, default=_DEFAULTS.mm_processing)
+    p.add_argument(
+        "--mm-per-request-image-limit", type=int, default=_DEFAULTS.mm_per_request_image_limit
+    )
     add_media_flags(p)
-    p.add_argument("--max-payload-size", type=int, default=64 << 20)
-    p.add_argument("--request-timeout-secs", type=float, default=300.0)
-    p.add_argument("--max-retries", type=int, default=2)
-    p.add_argument("--health-check-interval-secs", type=float, default=5.0)
+    p.add_argument("--max-payload-size", type=int, default=_DEFAULTS.max_payload_size)
+    p.add_argument("--request-timeout-secs", type=float, default=_DEFAULTS.request_timeout_s)
+    p.add_argument("--max-retries", type=int, default=_DEFAULTS.max_retries)
+    p.add_argument("--health-check-interval-secs", type=float, default=_DEFAULTS.health_interval_s)
     p.add_argument(
         "--health-check-timeout-secs",
         type=float,
-        default=2.0,
+        default=_DEFAULTS.health_timeout_s,
         help="deadline of one HealthCheck call",
     )
     p.add_argument(
         "--health-failure-threshold",
         type=int,
-        default=2,
+        default=_DEFAULTS.health_failure_threshold,
         help="failed health checks in a row before a worker leaves the pool",
     )
     p.add_argument(
         "--multimodal-max-inflight-bytes",
         type=int,
-        default=MM_MAX_INFLIGHT_BYTES,
+        default=_DEFAULTS.mm_max_inflight_bytes,
         help="image bytes (decoded, then pixel tensors) all in-flight requests may hold "
         "(0: no limit)",
     )
     p.add_argument(
         "--max-concurrent-requests",
         type=int,
-        default=256,
+        default=_DEFAULTS.max_concurrent_requests,
         help="generation requests processed at once (0: no limit)",
     )
     p.add_argument(
         "--max-queued-requests",
         type=int,
-        default=512,
+        default=_DEFAULTS.max_queued_requests,
         help="requests waiting for a slot beyond --max-concurrent-requests; more get 429",
     )
     p.add_argument(
         "--drain-timeout-secs",
         type=float,
-        default=30.0,
+        default=_DEFAULTS.drain_timeout_s,
         help="on SIGTERM, how long in-flight requests may take to finish",
     )
     p.add_argument(
         "--event-loop",
-        choices=("auto", "uvloop", "asyncio"),
-        default="auto",
+        choices=EVENT_LOOPS,
+        default="auto",  # no config field: the loop is chosen before the config is built
         help="auto: uvloop when installed (less gateway CPU per request than asyncio's loop)",
     )
     add_access_flags(p)
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL)
     p.add_argument(
         "--no-access-log",
         dest="access_log",
@@ -151,7 +152,7 @@ def run_gateway(args: argparse.Namespace) -> int:
     return 0
 
 
-def use_uvloop(choice: str) -> bool:
+def use_uvloop(choice: EventLoop) -> bool:
     """``auto``: uvloop when it is installed (it is a dependency on Linux and macOS)."""
     if choice == "asyncio":
         return False

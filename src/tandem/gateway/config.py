@@ -6,10 +6,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tandem.gateway.auth import ControlPlaneKey, ServingKey, check_distinct
+from tandem.gateway.types import (
+    MM_PROCESSING_MODES,
+    PD_DISPATCH_MODES,
+    MmProcessingMode,
+    PdDispatch,
+)
 from tandem.media import MediaPolicy
 
-MM_PROCESSING_MODES = ("auto", "router", "worker")
-PD_DISPATCH_MODES = ("sequential", "parallel")
 # Decoded images and pixel tensors of all in-flight requests (docs/operations.md, "Memory
 # bounds for images"): room for one image at the default --mm-max-image-pixels (8192x8192
 # RGB is 256 MiB in Pillow) with another request's pixel tensors beside it.
@@ -29,7 +33,7 @@ class GatewayConfig:
     decode_policy: str | None = None
     model_path: Path | None = None
     served_model_name: str | None = None
-    mm_processing: str = "auto"
+    mm_processing: MmProcessingMode = "auto"
     mm_per_request_image_limit: int = 8
     media: MediaPolicy = field(default_factory=MediaPolicy)
     max_payload_size: int = 64 << 20
@@ -38,7 +42,7 @@ class GatewayConfig:
     health_interval_s: float = 5.0
     health_timeout_s: float = 2.0
     health_failure_threshold: int = 2
-    pd_dispatch: str = "sequential"
+    pd_dispatch: PdDispatch = "sequential"
     wire_dtype: str = "float32"
     # Admission control (gateway/admission.py); 0 turns a bound off.
     mm_max_inflight_bytes: int = MM_MAX_INFLIGHT_BYTES

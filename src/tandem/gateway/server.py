@@ -79,7 +79,8 @@ async def serve(config: GatewayConfig, log_level: str = "info") -> None:
             build_app(state),
             log_level=log_level,
             access_log=False,
-            timeout_graceful_shutdown=config.drain_timeout_s,
+            # uvicorn waits with asyncio.wait_for, which takes seconds as a float too.
+            timeout_graceful_shutdown=config.drain_timeout_s,  # type: ignore[arg-type]
             lifespan="off",
         ),
         state,

@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from tandem.errors import TandemError, make_error
 from tandem.gateway.admission import AdmissionQueue, PixelBudget
 from tandem.gateway.config import GatewayConfig
+from tandem.gateway.dispatch.aggregated import AggregatedDispatcher
+from tandem.gateway.dispatch.base import Dispatcher
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.pd.dispatcher import PDDispatcher
-from tandem.gateway.pipeline.dispatch import AggregatedDispatcher
 from tandem.gateway.workers.health import HealthChecker
 from tandem.gateway.workers.policies.factory import make_policy
 from tandem.gateway.workers.registry import WorkerRegistry
+from tandem.gateway.workers.worker import Worker
 
 log = logging.getLogger("tandem.gateway")
 
@@ -25,7 +27,7 @@ class GatewayState:
     registry: WorkerRegistry = field(default_factory=WorkerRegistry)
     model: ModelHandle | None = None
     health: HealthChecker | None = None
-    dispatcher: AggregatedDispatcher | PDDispatcher | None = None
+    dispatcher: Dispatcher = field(init=False)
     draining: bool = False  # set on SIGTERM: new generation requests get 503 shutting_down
     admission: AdmissionQueue = field(init=False)
     pixel_budget: PixelBudget = field(init=False)
@@ -35,29 +37,29 @@ class GatewayState:
         config = self.config
         self.admission = AdmissionQueue(config.max_concurrent_requests, config.max_queued_requests)
         self.pixel_budget = PixelBudget(config.mm_max_inflight_bytes)
-
-    async def start(self) -> None:
-        config = self.config
         policy = make_policy(config.policy)
         prefill_policy = make_policy(config.prefill_policy or config.policy)
         decode_policy = make_policy(config.decode_policy or config.policy)
 
-        def forget(event: str, worker) -> None:
+        def forget(event: str, worker: Worker) -> None:
             if event == "removed":
                 for known in (policy, prefill_policy, decode_policy):
                     known.remove_worker(worker.url)
 
         self.registry.on_change(forget)
+        if config.pd_disaggregation:
+            self.dispatcher = PDDispatcher(self.registry, prefill_policy, decode_policy, config)
+        else:
+            self.dispatcher = AggregatedDispatcher(self.registry, policy, config)
+
+    async def start(self) -> None:
+        config = self.config
         for url in config.worker_urls:
             await self.registry.add(url, "regular")
         for url in config.prefill_urls:
             await self.registry.add(url, "prefill")
         for url in config.decode_urls:
             await self.registry.add(url, "decode")
-        if config.pd_disaggregation:
-            self.dispatcher = PDDispatcher(self.registry, prefill_policy, decode_policy, config)
-        else:
-            self.dispatcher = AggregatedDispatcher(self.registry, policy, config)
         self.health = HealthChecker(
             self.registry,
             interval_s=config.health_interval_s,

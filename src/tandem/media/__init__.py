@@ -1,7 +1,7 @@
 """Torch-free media acquisition shared by the gateway (router path) and the worker (media_refs).
 
 Both paths build one ``MediaPolicy`` and go through the same functions, so a URL refused on
-one path is refused on the other (DESIGN.md §4, invariant 6):
+one path is refused on the other (docs/pd-contract.md §5):
 
     check_url / check_scheme   SSRF guard: scheme, domain allow-list, address check (guard)
     fetch_media / fetch_all    bytes from http(s) (guarded, manual redirects), data:, file://

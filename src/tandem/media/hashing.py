@@ -1,7 +1,7 @@
 """Media identity hash: BLAKE3-256, lowercase hex, of the encoded bytes as fetched.
 
-Hashing the encoded bytes (not decoded pixels) matches the reference's ``mm_hashes`` and makes
-the hash independent of decoder versions (reference §2.2).
+Hashing the encoded bytes (not decoded pixels) gives the ``mm_hashes`` smg computes and makes
+the hash independent of decoder versions (docs/pd-contract.md §4).
 """
 
 from __future__ import annotations

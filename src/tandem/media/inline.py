@@ -38,7 +38,7 @@ def check_data_url(url: str, policy: MediaPolicy) -> tuple[str | None, str]:
         raise MediaRefused(f"malformed data URL: header longer than {_MAX_HEADER_CHARS} chars")
     params = header.split(";")
     if len(params) < 2 or params[-1].strip().lower() != "base64":
-        # Percent-encoded (non-base64) payloads are refused, as on the reference's worker path.
+        # Percent-encoded (non-base64) payloads are refused, as a vLLM worker refuses them.
         raise MediaRefused("only base64 data URLs are accepted (data:<type>;base64,...)")
     # Refuse on the estimate first so that an oversized payload is never decoded.
     estimate = len(payload) * 3 // 4

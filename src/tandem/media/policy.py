@@ -1,7 +1,7 @@
 """The one media policy that the gateway (router path) and the worker (media_refs path) share.
 
 Keeping a single validated object means a URL refused on one path is refused on the other
-(DESIGN.md §4, invariant 6): both sides build a ``MediaPolicy`` from the same flags.
+(docs/pd-contract.md §5): both sides build a ``MediaPolicy`` from the same flags.
 """
 
 from __future__ import annotations

@@ -9,13 +9,19 @@ import socket
 import sys
 from pathlib import Path
 
-from tandem.gateway.config import MM_PROCESSING_MODES
+from tandem.gateway.config import GatewayConfig
+from tandem.gateway.types import MM_PROCESSING_MODES
+from tandem.log import DEFAULT_LOG_LEVEL
 from tandem.serve.children import Console
 from tandem.serve.examples import example_image
 from tandem.serve.launcher import HOST, Launcher, Plan
+from tandem.worker.config import WorkerConfig
 
 # Levels that both the logging module and uvicorn (the gateway) accept.
 LOG_LEVELS = ("debug", "info", "warning", "error")
+# The children's defaults: `tandem serve` passes these flags on, and its defaults are theirs.
+_GATEWAY = GatewayConfig()
+_WORKER = WorkerConfig()
 
 
 def _count(text: str) -> int:
@@ -32,7 +38,7 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         description="Start prefill and decode workers and a gateway on 127.0.0.1, print how "
         "to call them, and stop them all on Ctrl-C or SIGTERM.",
     )
-    p.add_argument("--model", default="tiny-qwen3-vl", help="tiny-qwen3-vl, tiny-llava-1.5 or PATH")
+    p.add_argument("--model", default=_WORKER.model, help="tiny-qwen3-vl, tiny-llava-1.5 or PATH")
     p.add_argument(
         "--prefill", type=_count, default=None, metavar="N", help="prefill workers (default 1)"
     )
@@ -52,14 +58,16 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--mm-processing",
         choices=MM_PROCESSING_MODES,
-        default="auto",
+        default=_GATEWAY.mm_processing,
         help="where images are processed: passed to the gateway",
     )
-    p.add_argument("--port", type=int, default=8000, help="gateway port; 0 picks a free one")
+    p.add_argument(
+        "--port", type=int, default=_GATEWAY.port, help="gateway port; 0 picks a free one"
+    )
     p.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
-        default="info",
+        default=DEFAULT_LOG_LEVEL,
         help="for every child (and our own [serve] lines)",
     )
     p.set_defaults(run=run_serve, serve_parser=p)

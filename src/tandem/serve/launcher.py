@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from tandem.gateway.types import MmProcessingMode
 from tandem.serve.children import Child, Console
 from tandem.serve.examples import banner
 
@@ -35,7 +36,7 @@ class Plan:
     decode: int
     aggregated: bool
     decode_language_model_only: bool
-    mm_processing: str
+    mm_processing: MmProcessingMode
     port: int
     log_level: str
     image: Path

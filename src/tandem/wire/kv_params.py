@@ -38,7 +38,7 @@ def request_kv_params(request: GenerateRequest) -> dict[str, Any] | None:
 def complete_kv_params_json(complete: GenerateComplete) -> str | None:
     """The Complete frame's KV params JSON; an empty string reads as absent."""
     if complete.HasField("kv_transfer_params_json") and complete.kv_transfer_params_json:
-        return complete.kv_transfer_params_json
+        return str(complete.kv_transfer_params_json)
     return None
 
 

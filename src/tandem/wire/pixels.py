@@ -107,7 +107,7 @@ def serialize_with_pixels(request: GenerateRequest, pixels: PixelPayload | None)
 
     ``request`` must not carry pixel_values itself (that would be two payloads).
     """
-    head = request.SerializeToString()
+    head: bytes = request.SerializeToString()
     if pixels is None:
         return head
     if request.mm_inputs.HasField("pixel_values"):
@@ -127,6 +127,6 @@ def serialize_with_pixels(request: GenerateRequest, pixels: PixelPayload | None)
             tensor_head,
             _key(_INLINE_FIELD),
             _varint(pixels.nbytes),
-            memoryview(pixels.array).cast("B"),
+            pixels.array.data.cast("B"),
         )
     )

@@ -1,4 +1,4 @@
-"""Helpers over ``GenerateRequest`` for the prefill/decode split (reference §4.5, §3.6).
+"""Helpers over ``GenerateRequest`` for the prefill/decode split (docs/pd-contract.md §7, §10).
 
 Cloning never copies a pixel payload: every clone is built field by field and
 skips the multimodal batches, whose pixel-free identity is then assembled
@@ -9,6 +9,7 @@ modified, so its pixel bytes are neither duplicated nor moved.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from google.protobuf.message import Message
 
@@ -31,7 +32,7 @@ def has_mm_inputs(request: GenerateRequest) -> bool:
 
 
 def has_media_refs(request: GenerateRequest) -> bool:
-    return request.HasField("media_refs")
+    return bool(request.HasField("media_refs"))
 
 
 def has_mrope_grids(request: GenerateRequest) -> bool:
@@ -47,7 +48,7 @@ def has_kv_transfer_params(request: GenerateRequest) -> bool:
 
 def sampling_n(request: GenerateRequest) -> int:
     """Samples asked for; 0 or unset reads as 1."""
-    return max(1, request.sampling_params.n)
+    return max(1, int(request.sampling_params.n))
 
 
 def sanitize_sampling_for_prefill(request: GenerateRequest, max_tokens: int = 1) -> None:
@@ -148,7 +149,11 @@ def mm_hash_identity(batch: MultimodalInputs) -> MultimodalInputs | None:
     return MultimodalInputs(mm_hashes=batch.mm_hashes, modality=batch.modality)
 
 
-def _clone_with_batches(request: GenerateRequest, to_identity, skip: frozenset[str]):
+def _clone_with_batches(
+    request: GenerateRequest,
+    to_identity: Callable[[MultimodalInputs], MultimodalInputs | None],
+    skip: frozenset[str],
+) -> GenerateRequest:
     clone = GenerateRequest()
     _copy_fields_except(request, clone, skip)
     identities = [i for i in map(to_identity, mm_batches(request)) if i is not None]

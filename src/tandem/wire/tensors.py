@@ -1,4 +1,4 @@
-"""Tensor codec between numpy arrays and ``TensorData`` (reference §9).
+"""Tensor codec between numpy arrays and ``TensorData`` (docs/pd-contract.md §17).
 
 The inline payload is the elements in C order, each little-endian, no header.
 Encoding makes at most one copy (``tobytes``) beyond a dtype conversion that
@@ -68,7 +68,7 @@ def float32_to_bfloat16_bits(array: np.ndarray) -> np.ndarray:
     """bfloat16 bit patterns of float32 values, rounding to nearest even."""
     bits = np.ascontiguousarray(array, dtype="<f4").view("<u4")
     rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
-    out = ((bits + rounding) >> 16).astype("<u2")
+    out: np.ndarray = ((bits + rounding) >> 16).astype("<u2")
     # Rounding must not turn a NaN into infinity: keep NaNs quiet NaNs.
     nan = np.isnan(array)
     if nan.any():

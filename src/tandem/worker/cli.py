@@ -4,49 +4,60 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import Literal, get_args
 
-from tandem.log import setup_logging
+from tandem.log import DEFAULT_LOG_LEVEL, setup_logging
 from tandem.media.flags import add_media_flags, media_policy_from_args
 from tandem.worker.config import ENGINES, KV_CONNECTORS, ROLES, WorkerConfig
 from tandem.worker.media_limits import add_media_limit_flags, media_limits_from_args
 
+# --mm-processor: WorkerConfig.mm_processor as a word (True: "inprocess").
+MmProcessor = Literal["inprocess", "off"]
+MM_PROCESSORS: tuple[MmProcessor, ...] = get_args(MmProcessor)
+# Every flag's default is the config's own (tests/unit/test_cli_defaults.py checks it).
+_DEFAULTS = WorkerConfig()
+
 
 def add_worker_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("worker", help="a vLLM-protocol gRPC worker over the embedded engine")
-    p.add_argument("--model", default="tiny-qwen3-vl", help="built-in name or checkpoint dir")
-    p.add_argument("--served-model-name", default=None)
-    p.add_argument("--host", default="127.0.0.1", help="bind address")
-    p.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    p.add_argument("--model", default=_DEFAULTS.model, help="built-in name or checkpoint dir")
+    p.add_argument("--served-model-name", default=_DEFAULTS.served_model_name)
+    p.add_argument("--host", default=_DEFAULTS.host, help="bind address")
+    p.add_argument("--port", type=int, default=_DEFAULTS.port, help="0 picks a free port")
     p.add_argument(
         "--advertise-host",
-        default=None,
+        default=_DEFAULTS.advertise_host,
         help="the host others dial (KV params, READY line); default --host, "
         "required when --host is a wildcard (0.0.0.0, ::)",
     )
-    p.add_argument("--role", choices=ROLES, default="both")
+    p.add_argument("--role", choices=ROLES, default=_DEFAULTS.role)
     p.add_argument(
         "--language-model-only",
         action="store_true",
         help="load no vision tower; report supports_vision=false",
     )
-    p.add_argument("--mm-processor", choices=("inprocess", "off"), default="inprocess")
+    p.add_argument(
+        "--mm-processor",
+        choices=MM_PROCESSORS,
+        default="inprocess" if _DEFAULTS.mm_processor else "off",
+    )
     add_media_flags(p)
     add_media_limit_flags(p)
-    p.add_argument("--kv-lease-secs", type=float, default=30.0)
-    p.add_argument("--kv-connector", choices=KV_CONNECTORS, default="TandemConnector")
-    p.add_argument("--prefix-cache-bytes", type=int, default=64 << 20)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
-    p.add_argument("--log-level", default="info")
+    p.add_argument("--kv-lease-secs", type=float, default=_DEFAULTS.kv_lease_s)
+    p.add_argument("--kv-connector", choices=KV_CONNECTORS, default=_DEFAULTS.kv_connector)
+    p.add_argument("--prefix-cache-bytes", type=int, default=_DEFAULTS.prefix_cache_bytes)
+    p.add_argument("--threads", type=int, default=_DEFAULTS.threads, help="torch intra-op threads")
+    p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL)
     p.add_argument(
         "--engine",
         choices=ENGINES,
-        default="embedded",
+        default=_DEFAULTS.engine,
         help="null: canned tokens at once, no model weights (for gateway benchmarks)",
     )
     p.add_argument(
         "--null-token-delay-ms",
         type=float,
-        default=0.0,
+        default=_DEFAULTS.null_token_delay_s * 1000.0,
         help="null engine: pause before each token (a slow worker)",
     )
     p.add_argument(

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from tandem.hostport import check_host, is_wildcard
 from tandem.media import MediaPolicy
 from tandem.worker.media_limits import MediaRefsLimitConfig
 
-ROLES = ("prefill", "decode", "both")
+# --role: the legs this worker serves. The gateway names its own pool roles apart
+# (gateway/workers/worker.py: an aggregated pool's workers are "regular" there).
+Role = Literal["prefill", "decode", "both"]
 # kv_connector values the worker may advertise. "TandemConnector" is Tandem's own
 # side channel under its own name; "NixlConnector" advertises the same protocol under
 # the name gateways that relay vLLM's NIXL params (smg) recognise.
-KV_CONNECTORS = ("TandemConnector", "NixlConnector")
+KvConnector = Literal["TandemConnector", "NixlConnector"]
 # "embedded": the PyTorch engine; "null": canned tokens at once, no weights (benchmarks).
-ENGINES = ("embedded", "null")
+EngineKind = Literal["embedded", "null"]
+
+ROLES: tuple[Role, ...] = get_args(Role)
+KV_CONNECTORS: tuple[KvConnector, ...] = get_args(KvConnector)
+ENGINES: tuple[EngineKind, ...] = get_args(EngineKind)
 
 
 @dataclass(slots=True)
@@ -25,20 +32,20 @@ class WorkerConfig:
     port: int = 0
     # The host decode workers and gateways dial (KV params, READY line); None: ``host``.
     advertise_host: str | None = None
-    role: str = "both"
+    role: Role = "both"
     language_model_only: bool = False
     mm_processor: bool = True  # accept media_refs and process media on this worker
     media: MediaPolicy = field(default_factory=MediaPolicy)
     # --mm-max-inflight, --mm-max-items, --mm-max-decoded-bytes (worker/media_limits.py)
     media_limits: MediaRefsLimitConfig = field(default_factory=MediaRefsLimitConfig)
     kv_lease_s: float = 30.0
-    kv_connector: str = "TandemConnector"
+    kv_connector: KvConnector = "TandemConnector"
     prefix_cache_bytes: int = 64 << 20
     block_size: int = 16
     kv_pull_wait_s: float = 10.0  # how long a decode leg waits for a minted transfer id
     threads: int = 1
     served_model_name: str | None = None
-    engine: str = "embedded"
+    engine: EngineKind = "embedded"
     null_token_delay_s: float = 0.0  # the null engine's pause before each token
     # Test-only: leave out the Tandem marker on GetServerInfo, so gateways treat this worker
     # like a vLLM worker (sent data: URLs instead of media URLs; tandem.wire.worker_marker).

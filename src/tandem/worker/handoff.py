@@ -14,10 +14,10 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from tandem.engine.block_keys import block_keys
-from tandem.engine.prefix_cache import PrefixCache
+from tandem.engine.protocol import PrefixLookup
 from tandem.engine.types import KVLayers, MediaItem
 from tandem.hostport import bare_host, check_host, join_host_port, split_url
 from tandem.wire.kv_params import dumps_compact
@@ -62,11 +62,11 @@ class RemoteKv:
         return cls(address, transfer_id, "num_tokens" not in params)
 
 
-def wants_export(params: dict[str, Any] | None) -> bool:
+def wants_export(params: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
     return bool(params and params.get("do_remote_decode"))
 
 
-def wants_import(params: dict[str, Any] | None) -> bool:
+def wants_import(params: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
     return bool(params and params.get("do_remote_prefill"))
 
 
@@ -92,7 +92,7 @@ def export_params(transfer_id: str, host: str, port: int, engine_id: str, num_to
 
 async def import_kv(
     client: KvChannelClient,
-    cache: PrefixCache,
+    cache: PrefixLookup,
     remote: RemoteKv,
     prompt: list[int],
     items: list[MediaItem],
@@ -102,7 +102,7 @@ async def import_kv(
     """KV of ``prompt[:-1]``: local prefix-cache blocks plus what is pulled; and the hits."""
     need = len(prompt) - 1
     keys = block_keys(prompt, items, salt, cache.block_size)
-    n_blocks, local = cache.match(keys[: need // cache.block_size])
+    n_blocks, local = cache.match_prefix(keys[: need // cache.block_size])
     have = n_blocks * cache.block_size
     pulled = await client.pull(
         remote.address,

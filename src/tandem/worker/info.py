@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from tandem import __version__
 from tandem.models.info import ModelInfo
 from tandem.wire.proto import common, pb
-from tandem.worker.config import WorkerConfig
+from tandem.worker.config import Role, WorkerConfig
 
 # Files a gateway needs to tokenize, render chat and preprocess images like the worker.
 TOKENIZER_FILES = (
@@ -33,7 +33,7 @@ TOKENIZER_FILES = (
     "generation_config.json",
 )
 TOKENIZER_CHUNK = 1 << 20
-KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
+KV_ROLES: dict[Role, str] = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
 
 
 def model_info(config: WorkerConfig, info: ModelInfo) -> pb.GetModelInfoResponse:

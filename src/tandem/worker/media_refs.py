@@ -61,7 +61,8 @@ class MediaRefsProcessor:
         self.policy = policy
         # Items, requests at once and decoded bytes (worker/media_limits.py).
         self.limits = limits or MediaRefsLimits()
-        self.items_processed = 0  # counted for the worker's stats: the "once" of behaviour B
+        # In the stats: shows that media are processed once (docs/pd-contract.md §10).
+        self.items_processed = 0
 
     def check(self, refs: pb.MediaRefs) -> list[str]:
         """Validate the refs before anything is fetched (ValueError on a bad one)."""

@@ -11,10 +11,11 @@ import grpc
 import torch
 
 from tandem.engine.builtin import resolve_model
-from tandem.engine.core import Engine
+from tandem.engine.core import EmbeddedEngine
 from tandem.engine.kv_store import KvStore
 from tandem.engine.null import NullEngine, null_shape
 from tandem.engine.prefix_cache import PrefixCache
+from tandem.engine.protocol import Engine
 from tandem.engine.runner import ModelRunner
 from tandem.hostport import join_host_port
 from tandem.models.info import ModelInfo, load_model_info
@@ -45,11 +46,10 @@ class WorkerServer:
         null = config.engine == "null"
         model_dir = resolve_model(config.model, weights=not null)
         self.info = load_model_info(model_dir, config.model)
-        if null:
-            self.engine = _null_engine(config, self.info)
-        else:
-            self.engine = _embedded_engine(config, model_dir)
-        shape = self.engine.runner.shape
+        self.engine: Engine = (
+            _null_engine(config, self.info) if null else _embedded_engine(config, model_dir)
+        )
+        shape = self.engine.shape
         refs = None
         if config.accepts_media_refs:
             limits = MediaRefsLimits(config.media_limits)
@@ -106,10 +106,10 @@ class WorkerServer:
         self.engine.stop()
 
 
-def _embedded_engine(config: WorkerConfig, model_dir: Path) -> Engine:
+def _embedded_engine(config: WorkerConfig, model_dir: Path) -> EmbeddedEngine:
     runner = ModelRunner.load(model_dir, config.language_model_only, config.model)
     shape = runner.shape
-    return Engine(
+    return EmbeddedEngine(
         runner,
         PrefixCache(shape, config.prefix_cache_bytes, config.block_size),
         KvStore(shape, config.kv_lease_s, block_size=config.block_size),
@@ -117,10 +117,9 @@ def _embedded_engine(config: WorkerConfig, model_dir: Path) -> Engine:
     )
 
 
-def _null_engine(config: WorkerConfig, info: ModelInfo) -> Engine:
+def _null_engine(config: WorkerConfig, info: ModelInfo) -> NullEngine:
     store = KvStore(null_shape(info), config.kv_lease_s, block_size=config.block_size)
-    engine = NullEngine(info, store, config.null_token_delay_s, config.block_size)
-    return engine  # type: ignore[return-value]  # the servicer's duck-typed Engine
+    return NullEngine(info, store, config.null_token_delay_s, config.block_size)
 
 
 async def serve(config: WorkerConfig) -> None:

@@ -1,4 +1,4 @@
-"""``vllm.grpc.engine.VllmEngine`` over Tandem's embedded engine.
+"""``vllm.grpc.engine.VllmEngine`` over a Tandem engine (``engine.protocol.Engine``).
 
 Error mapping: a request the worker cannot serve as sent (bad shape, bad
 tensors, refused media, a pixel-less leg without KV) is INVALID_ARGUMENT with
@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from tandem.engine.core import Engine
+from tandem.engine.protocol import Engine
 from tandem.engine.request import EngineOutput, EngineRequest
 from tandem.engine.types import MediaInputs
 from tandem.errors import WORKER_ERROR_CODE_KEY
@@ -147,6 +147,7 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
     ) -> _Plan:
         ids = prompt_ids(request)
         identity = None
+        media: MediaInputs | None
         if has_media_refs(request):
             media, ids, salt, identity = await self._process_refs(request, ids, params, rid)
         else:
@@ -157,7 +158,7 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
                 supports_vision=not self.config.language_model_only,
             )
             media, salt = wire.media, wire.cache_salt
-        shape = self.engine.runner.shape
+        shape = self.engine.shape
         engine_request = EngineRequest(
             request_id=rid,
             prompt_ids=ids,
@@ -177,7 +178,7 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
                     engine_request.local_cached_tokens,
                 ) = await handoff.import_kv(
                     self.kv_client,
-                    self.engine.prefix_cache,
+                    self.engine,
                     remote,
                     ids,
                     items,
@@ -187,7 +188,6 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
             except Exception as exc:
                 raise KvImportError(str(exc)) from exc
         elif handoff.wants_export(params):
-            assert params is not None
             transfer_id = handoff.export_transfer_id(params, rid)
             engine_request.export_transfer_id = transfer_id
             host, port = self.advertised
@@ -280,20 +280,9 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
 
     def stats(self) -> dict[str, Any]:
         """Counters for the side channel's Stats call and tests."""
-        engine, cache, store = self.engine, self.engine.prefix_cache, self.engine.kv_store
         return {
-            "held_kv_blocks": store.held_blocks,
-            "held_transfers": store.held_count,
-            "kv_stored": store.stored,
-            "kv_released": store.released,
-            "kv_expired": store.expired,
-            "prefix_cache_lookups": cache.lookups,
-            "prefix_cache_hit_tokens": cache.hits_tokens,
-            "prefix_cache_blocks": cache.num_blocks,
-            "prefill_computed_tokens": engine.stats.prefill_computed_tokens,
+            **self.engine.counters(),
             "media_items_processed": self.refs.items_processed if self.refs else 0,
-            "requests_by_outcome": dict(engine.stats.requests_by_outcome),
-            "running": engine.num_running,
         }
 
 

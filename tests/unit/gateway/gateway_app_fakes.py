@@ -23,9 +23,9 @@ from PIL import Image
 from tandem.errors import TandemError
 from tandem.gateway.app import build_app
 from tandem.gateway.config import GatewayConfig
+from tandem.gateway.context import RequestContext
+from tandem.gateway.dispatch.streams import OpenedStream
 from tandem.gateway.model import ModelHandle
-from tandem.gateway.pipeline.context import RequestContext
-from tandem.gateway.pipeline.dispatch import OpenedStream
 from tandem.gateway.state import GatewayState
 from tandem.wire.proto import pb
 
@@ -66,7 +66,7 @@ def make_gateway(model_dir: Path, **config: Any) -> tuple[GatewayState, Scripted
     state = GatewayState(GatewayConfig(mm_processing="router", **config))
     state.model = ModelHandle.from_dir(model_dir, MODEL)
     dispatcher = ScriptedDispatcher(state.model)
-    state.dispatcher = dispatcher  # type: ignore[assignment]
+    state.dispatcher = dispatcher
     return state, dispatcher
 
 

@@ -18,8 +18,8 @@ from typing import Any
 from gateway_app_fakes import ScriptedDispatcher, chat_body, make_gateway
 
 from tandem.gateway.app import build_app
-from tandem.gateway.pipeline.context import RequestContext
-from tandem.gateway.pipeline.dispatch import OpenedStream
+from tandem.gateway.context import RequestContext
+from tandem.gateway.dispatch.streams import OpenedStream
 from tandem.wire.proto import pb
 
 
@@ -67,7 +67,7 @@ class CountingDispatcher(ScriptedDispatcher):
 async def test_stream_dropped_before_its_first_event_settles_the_worker(qwen_dir: Path) -> None:
     state, scripted = make_gateway(qwen_dir)
     dispatcher = CountingDispatcher(scripted)
-    state.dispatcher = dispatcher  # type: ignore[assignment]
+    state.dispatcher = dispatcher
     app = build_app(state)
 
     body = json.dumps(chat_body(stream=True)).encode()

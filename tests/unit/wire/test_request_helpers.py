@@ -1,4 +1,4 @@
-"""Request helpers on GenerateRequest (reference §4.5, §3.6; test cases 1–8, 13–15, 19, 25–26)."""
+"""Request helpers on GenerateRequest (docs/pd-contract.md §7, §10)."""
 
 from __future__ import annotations
 

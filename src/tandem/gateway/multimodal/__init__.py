@@ -11,16 +11,13 @@ A request with images goes:
                 here under the guard, forwarded as data: URLs)
               → after selection: check_media_ref_schemes
 
-Every refusal is a ``TandemError`` with the reference's stable code. Nothing here imports
-torch.
+Every refusal is a ``TandemError`` with a stable code (docs/pd-contract.md §19). Nothing here
+imports torch.
 """
 
 from tandem.gateway.multimodal.assemble import PIXEL_WIRE_DTYPES, expand_and_assemble, write_tensor
 from tandem.gateway.multimodal.media_refs import build_media_refs, check_media_ref_url
 from tandem.gateway.multimodal.path import (
-    MM_PROCESSING_MODES,
-    MmPath,
-    MmProcessingMode,
     PathDecision,
     PathReason,
     accepted_media_ref_schemes,
@@ -37,6 +34,7 @@ from tandem.gateway.multimodal.process import (
     media_error_to_tandem,
     process_images,
 )
+from tandem.gateway.types import MM_PROCESSING_MODES, MmPath, MmProcessingMode
 
 __all__ = [
     "MM_PROCESSING_MODES",

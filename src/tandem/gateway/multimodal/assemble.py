@@ -1,8 +1,9 @@
 """Router path, prompt half: expand the anchors and assemble vLLM's ``MultimodalInputs``.
 
-The layout follows reference §2.4 for vLLM workers: the encoder tensor as ``pixel_values``,
-model tensors in ``model_specific_tensors``, per-item slicing described by ``batched_keys`` /
-``flat_keys`` from the family spec, and ``mm_placeholders`` as offsets into the expanded ids.
+The layout is the one vLLM workers read (docs/pd-contract.md §4): the encoder tensor as
+``pixel_values``, model tensors in ``model_specific_tensors``, per-item slicing described by
+``batched_keys`` / ``flat_keys`` from the family spec, and ``mm_placeholders`` as offsets into
+the expanded ids.
 """
 
 from __future__ import annotations

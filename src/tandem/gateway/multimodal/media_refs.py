@@ -1,9 +1,9 @@
-"""Worker path: the ``media_refs`` a request forwards instead of pixels (reference §3.2).
+"""Worker path: the ``media_refs`` a request forwards instead of pixels (docs/pd-contract.md §5).
 
 The URLs travel verbatim and the prompt keeps one unexpanded anchor per image; the worker
 fetches and expands. Before anything is forwarded, each URL passes the same guard the router
-path would apply (DESIGN invariant 6): a URL the gateway would refuse to fetch is never
-handed to a worker to fetch instead.
+path would apply (one media policy on every path): a URL the gateway would refuse to fetch is
+never handed to a worker to fetch instead.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Where a request's images are processed: in the gateway (router path) or by the workers
-from forwarded ``media_refs`` (worker path) — reference §3.1 and the checks of §3.3.
+from forwarded ``media_refs`` (worker path), and the selection checks of the worker path:
+docs/pd-contract.md §3 and §5.
 
 Pure functions over plain values (flags and scheme sets), so the worker registry, the
 selection policies and the pipeline can each call them with what they already hold.
@@ -12,11 +13,10 @@ from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from tandem.errors import make_error
+from tandem.gateway.types import MmPath, MmProcessingMode
 from tandem.media import MediaRefused, describe_url, url_scheme
 
-MmProcessingMode = Literal["auto", "router", "worker"]
-MmPath = Literal["router", "worker"]
-# The `reason` label of the path-decision metric (reference §8.1).
+# The `reason` label of ``tandem_mm_processing_total`` (docs/pd-contract.md §3).
 PathReason = Literal[
     "config",
     "plan_not_forwardable",
@@ -25,7 +25,6 @@ PathReason = Literal[
     "auto_uniform",
     "auto_mixed",
 ]
-MM_PROCESSING_MODES: tuple[MmProcessingMode, ...] = ("auto", "router", "worker")
 
 W = TypeVar("W")
 
@@ -37,13 +36,13 @@ class PathDecision:
 
 
 def choose_mm_path(
-    mode: str,
+    mode: MmProcessingMode,
     *,
     forwardable: bool,
     worker_expandable: bool,
     workers_accept_media_refs: Sequence[bool],
 ) -> PathDecision:
-    """Decide the path of a request that has images (reference §3.1, in its order).
+    """Decide the path of a request that has images (docs/pd-contract.md §3, in its order).
 
     ``workers_accept_media_refs`` has one flag per registered worker of the model — healthy
     or not, prefill and decode alike — telling whether it takes ``media_refs`` (vLLM protocol
@@ -84,7 +83,7 @@ def choose_mm_path(
 def filter_media_ref_capable(
     pool: Sequence[W], accepts_media_refs: Callable[[W], bool], leg: str
 ) -> list[W]:
-    """Worker path candidate filter for one leg's pool (reference §3.3).
+    """Worker path candidate filter for one leg's pool (docs/pd-contract.md §5).
 
     A populated pool with no capable worker is a 503 ``no_media_ref_capable_worker`` that is
     not retried (another try would meet the same pool); an empty pool passes through empty so
@@ -122,8 +121,9 @@ def accepted_media_ref_schemes(
 ) -> frozenset[str] | None:
     """Intersection of the schemes of every leg that advertises any; None when none does.
 
-    A leg advertising nothing does not narrow the set (reference §3.3): it may be an older
-    worker that predates the label, and it still applies its own allow-list when it fetches.
+    A leg advertising nothing does not narrow the set (docs/pd-contract.md §5): it may be an
+    older worker that predates the label, and it still applies its own allow-list when it
+    fetches.
     """
     accepted: frozenset[str] | None = None
     for schemes in legs_schemes:

@@ -1,5 +1,5 @@
 """The media plan of one request: its image URLs in authored order, and the checks on them
-that need neither the network nor the model's processor (reference §2.1 steps 1–3).
+that need neither the network nor the model's processor (docs/pd-contract.md §3, §4).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class MediaPlan:
 
     @property
     def forwardable(self) -> bool:
-        """Whether a worker can take every item as a ``MediaRef`` (reference §3.1).
+        """Whether a worker can take every item as a ``MediaRef`` (docs/pd-contract.md §3).
 
         Only image URLs without per-image hints exist today, and a ``data:`` URL is still a
         URL, so every plan is forwardable. Inline bytes, hints, audio or embeddings would make

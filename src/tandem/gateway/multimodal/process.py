@@ -2,7 +2,7 @@
 
 Fetching is I/O and runs concurrently on the event loop; decoding, hashing and
 preprocessing are CPU-bound and run together in one worker thread so the gateway keeps
-serving other requests meanwhile (reference §2.1 steps 5–6, §2.2). Before that thread
+serving other requests meanwhile (docs/pd-contract.md §4). Before that thread
 starts, the request's decode cost (read from the image headers) is charged against the
 in-flight budget, and the images are decoded one at a time (docs/operations.md, "Memory
 bounds for images").
@@ -53,7 +53,7 @@ class ProcessedImages:
     """The processed images of one request, in plan order, not yet on the wire.
 
     ``pixel_values`` is released (set to None) by the assembler once it is encoded, so the
-    gateway never holds the pixels twice for the rest of the request (DESIGN invariant 3).
+    gateway never holds the pixels twice for the rest of the request (pixels exist once).
     """
 
     pixel_values: np.ndarray | None  # raw uint8 when normalize_lut is set
@@ -79,7 +79,7 @@ class ProcessedImages:
 def media_error_to_tandem(exc: MediaError) -> TandemError:
     """The client-facing 400 of a media failure; the media package's code is kept.
 
-    Fetch failures stay 400 even when transient, as on the reference router path: the
+    Fetch failures stay 400 even when transient (docs/pd-contract.md §4): the
     request names the media, so a retry on another worker pair would fetch it again.
     """
     return make_error(exc.code, exc.message)
@@ -160,9 +160,9 @@ def _decode_preprocess_hash(
     policy: MediaPolicy,
     timings: MediaTimings,
 ) -> tuple[PreprocessedImages, list[str]]:
-    # Runs in a worker thread. Hashes are over the encoded bytes as fetched (reference §2.2),
-    # so they do not depend on the decoder; they are computed here only to keep CPU work off
-    # the event loop.
+    # Runs in a worker thread. Hashes are over the encoded bytes as fetched, so they do not
+    # depend on the decoder (docs/pd-contract.md §4); they are computed here only to keep CPU
+    # work off the event loop.
     hashes = [media_hash(item.data) for item in fetched]
     decode_s = 0.0
 

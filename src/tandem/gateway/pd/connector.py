@@ -1,4 +1,4 @@
-"""KV connector modes and the KV handoff between the legs (reference §4.3 steps 1, 3, 7, 11).
+"""KV connector modes and the KV handoff between the legs (docs/pd-contract.md §8).
 
 The mode is read from the prefill worker's labels. The gateway never sees KV
 bytes: it tags the prefill leg, then relays (or, for a minted transfer id,
@@ -171,7 +171,7 @@ def handoff(
     on_transfer_failure: Callable[[], None] | None = None,
     request_id: str = "",
 ) -> bool:
-    """Give the decode leg its KV params (§4.3 step 11); True when it got any.
+    """Give the decode leg its KV params (docs/pd-contract.md §8); True when it got any.
 
     ``prefill_json`` is what the prefill worker returned ("" reads as nothing).
     ``on_transfer_failure`` is called when a relaying prefill worker returned no

@@ -17,7 +17,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from tandem.gateway.pipeline.dispatch import first_frame
+from tandem.gateway.dispatch.streams import first_frame
 from tandem.gateway.workers.client import GenerateStream
 from tandem.gateway.workers.worker import Worker
 from tandem.wire.proto import pb

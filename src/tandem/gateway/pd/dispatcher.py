@@ -11,17 +11,18 @@ import asyncio
 import logging
 
 from tandem.errors import TandemError
-from tandem.gateway import metrics
 from tandem.gateway.config import GatewayConfig
+from tandem.gateway.context import RequestContext
+from tandem.gateway.dispatch.retry import with_retries
+from tandem.gateway.dispatch.streams import OpenedStream
 from tandem.gateway.pd.connector import kv_mode_for_worker
 from tandem.gateway.pd.fanout import fanout_requests, fanout_width
 from tandem.gateway.pd.parallel import merge, open_parallel
 from tandem.gateway.pd.selection import Pair, select_pair
 from tandem.gateway.pd.sequential import open_sequential
-from tandem.gateway.pipeline.context import RequestContext
-from tandem.gateway.pipeline.dispatch import OpenedStream, backoff, next_attempt
 from tandem.gateway.workers.policies.base import Policy
 from tandem.gateway.workers.registry import WorkerRegistry
+from tandem.wire.proto import pb
 from tandem.wire.requests import has_media_refs, has_mm_inputs, sampling_n
 
 log = logging.getLogger("tandem.gateway.pd")
@@ -60,42 +61,34 @@ class PDDispatcher:
         width = fanout_width(ctx.wire, self.parallel)
         if width:
             return await self._fan_out(ctx, width)
-        tried: set[str] = set()
-        attempt = 0
-        while True:
-            pair = self._pair(ctx, tried)
-            ctx.served_by = [f"prefill={pair.prefill.url}", f"decode={pair.decode.url}"]
-            try:
-                if self._can_parallel(ctx, pair):
-                    pixels, ctx.pixels = ctx.pixels, None
-                    return await open_parallel(
-                        ctx.wire, pair, self.registry, self.config.request_timeout_s, pixels
-                    )
-                return await open_sequential(
-                    ctx, pair, self.registry, self.config.request_timeout_s
+        return await with_retries(
+            ctx,
+            lambda tried: self._attempt(ctx, tried),
+            self.config.max_retries,
+            # Only a prefill that never started leaves nothing behind to redo elsewhere.
+            may_retry=lambda err: err.code == "prefill_worker_failed_to_start",
+            elsewhere="pair",
+        )
+
+    async def _attempt(self, ctx: RequestContext, tried: set[str]) -> OpenedStream:
+        assert ctx.wire is not None
+        pair = self._pair(ctx, tried)
+        ctx.served_by = [f"prefill={pair.prefill.url}", f"decode={pair.decode.url}"]
+        try:
+            if self._can_parallel(ctx, pair):
+                pixels, ctx.pixels = ctx.pixels, None
+                return await open_parallel(
+                    ctx.wire, pair, self.registry, self.config.request_timeout_s, pixels
                 )
-            except TandemError as err:
-                pair.close(False)
-                retry = (
-                    err.retryable
-                    and err.code == "prefill_worker_failed_to_start"
-                    and attempt < self.config.max_retries
-                    and ctx.wire is not None
-                    # an image request's pixels left with the failed leg: nothing to resend
-                    and not ctx.had_pixels
-                )
-                charge_failure(pair, err)
-                if not retry:
-                    raise
-                log.warning("request %s: %s; retrying on another pair", ctx.request_id, err)
-                tried.add(pair.prefill.url)
-                attempt += 1
-                next_attempt(ctx, attempt)
-                metrics.RETRIES.labels(ctx.route).inc()
-                await backoff(attempt)
-            except BaseException:
-                pair.close(False)  # a timeout, a client that left, a bug: settle the count
-                raise
+            return await open_sequential(ctx, pair, self.registry, self.config.request_timeout_s)
+        except TandemError as err:
+            pair.close(False)
+            charge_failure(pair, err)
+            tried.add(pair.prefill.url)
+            raise
+        except BaseException:
+            pair.close(False)  # a timeout, a client that left, a bug: settle the count
+            raise
 
     def _pair(self, ctx: RequestContext, tried: set[str]) -> Pair:
         return select_pair(self.registry, ctx, self.prefill_policy, self.decode_policy, tried)
@@ -137,7 +130,9 @@ class PDDispatcher:
 
         return OpenedStream(merge(opened), close)
 
-    async def _sequential_sub(self, ctx: RequestContext, sub, pair: Pair) -> OpenedStream:
+    async def _sequential_sub(
+        self, ctx: RequestContext, sub: pb.GenerateRequest, pair: Pair
+    ) -> OpenedStream:
         sub_ctx = RequestContext(ctx.route, sub.request_id, ctx.body, ctx.model, ctx.sampling)
         sub_ctx.wire = sub
         return await open_sequential(sub_ctx, pair, self.registry, self.config.request_timeout_s)

@@ -1,4 +1,4 @@
-"""Fan-out of a text request with n > 1 into n single-sample PD pairs (reference §4.2 step 2).
+"""Fan-out of a text request with n > 1 into n single-sample PD pairs (docs/pd-contract.md §13).
 
 Only parallel dispatch fans out: each pair gets its own transfer id, so n
 decode legs can pull n copies of the prompt KV. Sequential dispatch relays a

@@ -1,4 +1,4 @@
-"""Decode-leg forms for sequential PD and the checks around them (reference §5, §4.3).
+"""Decode-leg forms for sequential PD and the checks around them (docs/pd-contract.md §7, §11).
 
 The form is chosen before anything is sent, so an impossible pairing (a decode
 worker without a vision encoder for a request it cannot serve) fails fast with
@@ -39,11 +39,11 @@ class DecodeForm(enum.Enum):
 def decode_form(
     request: pb.GenerateRequest, decode_language_model_only: bool, relay_kv_params: bool
 ) -> DecodeForm:
-    """The decode-leg form of reference §5.2, or a non-retryable 400 for an impossible pairing.
+    """The decode-leg form of docs/pd-contract.md §7, or a non-retryable 400 for a bad pairing.
 
     ``relay_kv_params`` is false when n > 1: the KV handoff is single-consumer, so
     decode must recompute the prompt and needs the full payload. The checks for a
-    language-model-only decode worker run in the reference's order: grids, refs, n.
+    language-model-only decode worker run in this order: grids, refs, n.
     """
     if not decode_language_model_only:
         return DecodeForm.IDENTITY_ONLY if relay_kv_params else DecodeForm.FULL
@@ -108,8 +108,8 @@ def guard_identity_leg(
 ) -> None:
     """Refuse (502, not retried) an identity-only image leg that got no KV params.
 
-    Tandem goes beyond the reference here ("Known gap", §5.3): there a grid-less
-    identity leg without KV is recomputed as text and answered image-blind. Pass
+    Tandem goes beyond smg here (docs/pd-contract.md §18): smg recomputes a grid-less
+    identity leg without KV as text and answers it image-blind. Pass
     ``original_has_mm`` from the request before it became the prefill leg, since
     the clone drops hash-less batches; a leg that still carries ``media_refs`` is
     fine, its worker processes the media itself.

@@ -1,4 +1,4 @@
-"""Relay the prefill worker's media identity to the decode leg (reference §3.6, §4.3 step 12).
+"""Relay the prefill worker's media identity to the decode leg (docs/pd-contract.md §10).
 
 On the worker path both legs carry ``media_refs``. When the prefill worker
 processed them and handed off its KV, the decode leg does not need to fetch and

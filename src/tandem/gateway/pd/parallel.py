@@ -1,7 +1,8 @@
 """Parallel PD dispatch: both legs at once, meeting at a gateway-minted transfer id.
 
-Only for prefill workers that keep KV under a transfer id the gateway chose
-(Tandem's own worker); the decode worker waits, bounded, for that KV. When
+Only for prefill workers that keep KV under a transfer id the gateway chose (Tandem's
+own worker, or Mooncake with an engine id); the decode worker waits, bounded, for that
+KV (docs/pd-contract.md §12). When
 either leg fails to start, the error returns at once and the other is dropped,
 which aborts it on its worker.
 """
@@ -16,13 +17,14 @@ from collections.abc import AsyncGenerator
 
 from tandem.errors import TandemError
 from tandem.gateway import metrics
+from tandem.gateway.dispatch.leg_bytes import record_leg
+from tandem.gateway.dispatch.streams import OpenedStream, first_frame, relay, send, start_stream
 from tandem.gateway.pd.connector import handoff, kv_mode_for_worker, mint_transfer_id, prefill_tag
 from tandem.gateway.pd.deferred_abort import abandon_decode
 from tandem.gateway.pd.forms import build_decode_leg, decode_form
-from tandem.gateway.pd.leg_bytes import record_leg
 from tandem.gateway.pd.release import release_prefill_kv
 from tandem.gateway.pd.selection import Pair
-from tandem.gateway.pipeline.dispatch import OpenedStream, first_frame, relay, send, start_stream
+from tandem.gateway.workers.client import GenerateStream
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest, pb
@@ -89,7 +91,7 @@ async def open_parallel(
         for task in (prefill, decode):
             await _retire(task)
         # A prefill that finished before its decode leg failed holds KV nobody will pull.
-        await release_prefill_kv(pair.prefill, mode, minted_params)
+        await release_prefill_kv(registry, pair.prefill, mode, minted_params)
         raise
     except BaseException as exc:
         await _retire(prefill)
@@ -97,7 +99,7 @@ async def open_parallel(
             # The client left (or the request timed out): a decode leg still pulling its
             # KV is aborted after the pull, and the prefill's KV is freed now.
             await abandon_decode(
-                decode, lambda: release_prefill_kv(pair.prefill, mode, minted_params)
+                decode, lambda: release_prefill_kv(registry, pair.prefill, mode, minted_params)
             )
         else:
             await _retire(decode)
@@ -107,7 +109,7 @@ async def open_parallel(
     return OpenedStream(relay(decode_stream, decode_first, "decode_stream_error"), pair.close)
 
 
-async def _retire(task: asyncio.Future) -> None:
+async def _retire(task: asyncio.Future[tuple[GenerateStream, pb.GenerateResponse]]) -> None:
     """Cancel a leg that is no longer wanted; if it had started, drop its stream (Abort)."""
     if not task.done():
         task.cancel()

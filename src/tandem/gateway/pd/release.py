@@ -8,14 +8,20 @@ import logging
 import grpc
 
 from tandem.gateway.pd.connector import KvKind, KvMode
+from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker
 
 log = logging.getLogger("tandem.gateway.pd")
-RELEASE_METHOD = "/tandem.kv.KvTransfer/Release"
 
 
-async def release_prefill_kv(prefill: Worker, mode: KvMode, kv_json: str | None) -> None:
-    """Best effort: only Tandem workers have a release call; others wait for their lease."""
+async def release_prefill_kv(
+    registry: WorkerRegistry, prefill: Worker, mode: KvMode, kv_json: str | None
+) -> None:
+    """Best effort: only Tandem workers have a release call; others wait for their lease.
+
+    A prefill worker removed from the registry meanwhile still holds the KV: it is told
+    over a channel of its own.
+    """
     if mode.kind is not KvKind.TANDEM or not kv_json:
         return
     try:
@@ -25,12 +31,13 @@ async def release_prefill_kv(prefill: Worker, mode: KvMode, kv_json: str | None)
     if not transfer_id:
         return
     try:
-        async with grpc.aio.insecure_channel(prefill.url) as channel:
-            call = channel.unary_unary(
-                RELEASE_METHOD,
-                request_serializer=lambda v: json.dumps(v).encode(),
-                response_deserializer=json.loads,
-            )
-            await call({"transfer_id": transfer_id}, timeout=2.0)
+        client, own = registry.client(prefill.url), False
+    except KeyError:
+        client, own = registry.detached_client(prefill.url), True
+    try:
+        await client.release_kv(transfer_id)
     except grpc.aio.AioRpcError as err:
         log.info("could not release KV %s on %s: %s", transfer_id, prefill.url, err.details())
+    finally:
+        if own:
+            await client.close()

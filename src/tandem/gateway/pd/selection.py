@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tandem.gateway.context import RequestContext
+from tandem.gateway.dispatch.selection import candidates, claim, pick
 from tandem.gateway.multimodal.path import check_media_ref_schemes, parse_scheme_label
-from tandem.gateway.pipeline.context import RequestContext
-from tandem.gateway.pipeline.dispatch import candidates, claim, pick
 from tandem.gateway.workers.policies.base import Policy
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker

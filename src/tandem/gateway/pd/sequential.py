@@ -14,6 +14,9 @@ import time
 
 from tandem.errors import TandemError
 from tandem.gateway import metrics
+from tandem.gateway.context import RequestContext
+from tandem.gateway.dispatch.leg_bytes import record_leg
+from tandem.gateway.dispatch.streams import OpenedStream, first_frame, relay, send
 from tandem.gateway.pd.connector import (
     KvKind,
     handoff,
@@ -32,14 +35,12 @@ from tandem.gateway.pd.forms import (
     is_stripped,
 )
 from tandem.gateway.pd.identity_relay import apply_prefill_media_identity
-from tandem.gateway.pd.leg_bytes import record_leg
 from tandem.gateway.pd.release import release_prefill_kv
 from tandem.gateway.pd.selection import Pair
-from tandem.gateway.pipeline.context import RequestContext
-from tandem.gateway.pipeline.dispatch import OpenedStream, first_frame, relay, send
+from tandem.gateway.workers.client import GenerateStream
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.wire.kv_params import complete_kv_params_json
-from tandem.wire.proto import MediaIdentity
+from tandem.wire.proto import MediaIdentity, pb
 from tandem.wire.requests import has_mm_inputs, prefill_leg_of, sampling_n
 
 log = logging.getLogger("tandem.gateway.pd")
@@ -87,7 +88,7 @@ async def open_sequential(
             error_code="prefill_worker_failed_to_start",
         )
         if decode_pixels is None:
-            ctx.pixels = pixels = None  # sent: the pixels leave the gateway (behaviour A)
+            ctx.pixels = pixels = None  # sent: pixels travel once (docs/pd-contract.md §9)
         stream, first = await first_frame(stream, pair.prefill, "prefill_worker_failed_to_start")
     except TandemError as err:
         if err.leg is not None:
@@ -134,13 +135,13 @@ async def open_sequential(
             decode_stream,
             pair.decode,
             "decode_worker_failed_to_start",
-            lambda: release_prefill_kv(pair.prefill, mode, kv_json),
+            lambda: release_prefill_kv(registry, pair.prefill, mode, kv_json),
         )
     except TandemError as err:
         if err.leg is not None:
             metrics.WORKER_ERRORS.labels(err.leg).inc()
         # The decode leg will never pull: free the prefill worker's KV now, not at lease end.
-        await release_prefill_kv(pair.prefill, mode, kv_json)
+        await release_prefill_kv(registry, pair.prefill, mode, kv_json)
         raise
     now = time.perf_counter()
     metrics.PD_KV_TRANSFER_SECONDS.observe(now - drained)
@@ -149,7 +150,9 @@ async def open_sequential(
     return OpenedStream(relay(decode_stream, decode_first, "decode_stream_error"), pair.close)
 
 
-async def _drain(stream, first) -> tuple[str | None, MediaIdentity | None]:
+async def _drain(
+    stream: GenerateStream, first: pb.GenerateResponse
+) -> tuple[str | None, MediaIdentity | None]:
     """Read the prefill stream to its end; the last Complete frame's params win."""
     kv_json: str | None = None
     identity: MediaIdentity | None = None

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from tandem.errors import make_error
 from tandem.gateway import metrics
 from tandem.gateway.config import GatewayConfig
+from tandem.gateway.context import RequestContext
 from tandem.gateway.multimodal.assemble import expand_and_assemble_detached
 from tandem.gateway.multimodal.inline_refs import (
     check_data_refs_accepted,
@@ -29,7 +30,6 @@ from tandem.gateway.multimodal.media_refs import build_media_refs
 from tandem.gateway.multimodal.path import choose_mm_path
 from tandem.gateway.multimodal.plan import MediaPlan, check_anchors, plan_images
 from tandem.gateway.multimodal.process import process_images
-from tandem.gateway.pipeline.context import RequestContext
 from tandem.gateway.workers.worker import Worker
 from tandem.media import media_hash
 from tandem.media.budget import ByteLease
@@ -117,7 +117,7 @@ async def _forward_media_refs(
     del refs
     if not inline:
         # Only workers that fetch under Tandem's guard may be handed these URLs, also a
-        # worker registered between now and selection (pipeline/dispatch.candidates).
+        # worker registered between now and selection (dispatch/selection.candidates).
         ctx.refs_for_tandem_workers_only = has_network_refs(urls)
         return
     inlined = await inline_network_refs(wire.media_refs, config.media)

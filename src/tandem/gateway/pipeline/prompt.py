@@ -7,7 +7,7 @@ import asyncio
 from tandem.errors import make_error
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from tandem.gateway.api.schemas_chat import TextPart
-from tandem.gateway.pipeline.context import RequestContext
+from tandem.gateway.context import RequestContext
 from tandem.models.chat import ChatTemplateError
 
 # Rendering and tokenizing cost roughly a microsecond per character. Up to this many

@@ -23,9 +23,9 @@ from tandem.gateway.api.responses import (
     now,
     text_completion,
 )
+from tandem.gateway.context import RequestContext
 from tandem.gateway.detokenize import IncrementalDetokenizer
-from tandem.gateway.pipeline.context import RequestContext
-from tandem.gateway.pipeline.dispatch import OpenedStream
+from tandem.gateway.dispatch.streams import OpenedStream
 from tandem.gateway.stops import StopMatcher
 from tandem.wire.proto import pb
 
@@ -153,7 +153,7 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
     builder = builder_cls(new_response_id(prefix), ctx.body.model, now(), ctx.body.include_usage)
     ok = False
     try:
-        if chat:
+        if isinstance(builder, ChatChunkBuilder):  # chat streams open with the role
             for choice in collector.choices:
                 yield builder.start(choice.index)
         async for frame in opened.frames:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tandem.gateway.pipeline.context import RequestContext
+from tandem.gateway.context import RequestContext
 from tandem.wire.proto import GenerateRequest
 
 

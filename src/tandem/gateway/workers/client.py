@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,6 +37,7 @@ DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
     "grpc.initial_reconnect_backoff_ms": 250,
     "grpc.max_reconnect_backoff_ms": 2000,
 }
+KV_RELEASE_METHOD = "/tandem.kv.KvTransfer/Release"
 # Call ends that happened on our side: the worker may not know the request is dead.
 _LOCAL_END_CODES = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED})
 
@@ -228,6 +230,20 @@ class WorkerClient:
             call = self._generate_raw(serialize_with_pixels(request, pixels), timeout=timeout)
         n = max(1, request.sampling_params.n)
         return GenerateStream(call, request.request_id, n, self._abort_in_background)
+
+    async def release_kv(self, transfer_id: str, timeout: float = 2.0) -> bool:
+        """Tell a Tandem prefill worker to drop the KV it holds under ``transfer_id``.
+
+        Tandem's KV side channel (``tandem.kv.KvTransfer/Release``) answers on the same
+        port; other workers have no such call (their KV waits for its lease or timeout).
+        """
+        call = self._channel.unary_unary(
+            KV_RELEASE_METHOD,
+            request_serializer=lambda value: json.dumps(value).encode(),
+            response_deserializer=json.loads,
+        )
+        reply = await call({"transfer_id": transfer_id}, timeout=timeout)
+        return bool(reply.get("released"))
 
     async def close(self, grace: float | None = None) -> None:
         """Let pending aborts go out, then close the channel (``grace`` for live calls)."""

@@ -1,6 +1,6 @@
 """Flatten a worker's ``GetModelInfo`` / ``GetServerInfo`` answers into string labels.
 
-Rules (reference §7.3): empty strings and zero numbers are skipped, booleans are
+Rules (docs/pd-contract.md §2): empty strings and zero numbers are skipped, booleans are
 kept as ``"true"``/``"false"`` (so ``supports_vision="false"`` survives), and
 repeated fields are JSON-encoded (an empty list is skipped).
 """
@@ -71,8 +71,8 @@ def worker_labels(
 def model_id_of(info: pb.GetModelInfoResponse) -> str:
     """The served name, else the last path component of ``model_path`` ("" if neither)."""
     if info.served_model_name:
-        return info.served_model_name
-    return posixpath.basename(info.model_path.rstrip("/"))
+        return str(info.served_model_name)
+    return posixpath.basename(str(info.model_path).rstrip("/"))
 
 
 def _is_repeated(fd: FieldDescriptor) -> bool:
@@ -80,7 +80,7 @@ def _is_repeated(fd: FieldDescriptor) -> bool:
     flag = getattr(fd, "is_repeated", None)
     if flag is not None:
         return bool(flag)
-    return fd.label == FieldDescriptor.LABEL_REPEATED
+    return bool(fd.label == FieldDescriptor.LABEL_REPEATED)
 
 
 def _scalar_label(value: Any) -> str | None:

@@ -100,6 +100,11 @@ class WorkerRegistry:
         except KeyError:
             raise KeyError(f"no registered worker {url}") from None
 
+    def detached_client(self, url: str) -> WorkerClient:
+        """A client of ``url`` outside the registry (the caller closes it): for a call to a
+        worker that was removed meanwhile, such as releasing the KV it still holds."""
+        return self._client_factory(url)
+
     def workers(self, role: str | None = None, model_id: str | None = None) -> list[Worker]:
         """Registered workers in registration order, optionally filtered."""
         return [

@@ -2,19 +2,19 @@
 
 Labels come from the worker's own ``GetModelInfo`` / ``GetServerInfo`` answers
 (see :mod:`.labels`); every capability check reads them here, so the rules of
-reference §7.3 live in one place.
+docs/pd-contract.md §2 live in one place.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 from tandem.gateway.workers.breaker import CircuitBreaker
 from tandem.wire.worker_marker import TANDEM_WORKER_LABEL
 
 WorkerRole = Literal["regular", "prefill", "decode"]
-ROLES: tuple[str, ...] = ("regular", "prefill", "decode")
+ROLES: tuple[WorkerRole, ...] = get_args(WorkerRole)
 
 SUPPORTS_VISION_LABEL = "supports_vision"
 MM_PROCESSOR_LABEL = "mm_processor"

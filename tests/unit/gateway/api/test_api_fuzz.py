@@ -21,8 +21,8 @@ from tandem.gateway.api.schemas import (
     parse_chat_request,
     parse_completion_request,
 )
+from tandem.gateway.context import RequestContext
 from tandem.gateway.model import ModelHandle
-from tandem.gateway.pipeline.context import RequestContext
 from tandem.gateway.pipeline.prompt import build_prompt
 from tandem.gateway.pipeline.wire_request import build_wire_request
 

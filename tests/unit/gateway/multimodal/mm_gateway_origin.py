@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import base64
 import io
-import socket
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from PIL import Image
+
+# One copy of the refused-address listener, re-exported for the unit tests.
+from tests.integration.image_server import ConnectionCounter as ConnectionCounter
 
 
 def png_bytes(size: tuple[int, int], seed: int = 0) -> bytes:
@@ -111,44 +113,3 @@ class ImageOrigin(ThreadingHTTPServer):
     def stop(self) -> None:
         self.shutdown()
         self.server_close()
-
-
-class ConnectionCounter:
-    """A TCP listener on 127.0.0.1 that counts the connections it accepts, then drops them.
-
-    Stands for an address the media policy refuses: a test asserts that it saw none.
-    """
-
-    def __init__(self) -> None:
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self._sock.settimeout(0.05)
-        self.connections = 0
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-
-    @property
-    def port(self) -> int:
-        return int(self._sock.getsockname()[1])
-
-    def url(self, path: str = "/secret.png") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def _accept(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self.connections += 1
-            conn.close()
-
-    def start(self) -> ConnectionCounter:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join(2)
-        self._sock.close()

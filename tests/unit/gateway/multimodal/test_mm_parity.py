@@ -1,5 +1,5 @@
 """Parity: the worker decodes from the gateway-assembled batch exactly what it computes itself
-from the same URLs on the media_refs path (DESIGN §2: same preprocessing, same tensors).
+from the same URLs on the media_refs path (same preprocessing, same tensors).
 
 This file exercises the worker side, so it imports torch-backed worker modules.
 """

@@ -1,4 +1,4 @@
-"""The router/worker path decision (reference §3.1), the worker-path selection checks (§3.3)
+"""The router/worker path decision (docs/pd-contract.md §3), the worker-path selection checks (§5)
 and the plan's limits. Pure functions: no network, no models."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ DECISIONS = [
     # worker mode without blockers: worker; capability is enforced at selection, not here
     ("worker", YES, YES, [NO, NO], "worker", "config"),
     ("worker", YES, YES, [], "worker", "config"),
-    # auto, in the reference's order of checks
+    # auto, in the order of docs/pd-contract.md §3
     ("auto", NO, YES, [YES], "router", "plan_not_forwardable"),
     ("auto", NO, NO, [], "router", "plan_not_forwardable"),
     ("auto", YES, NO, [YES, YES], "router", "model_not_opted_in"),
@@ -92,7 +92,7 @@ def test_plan_refuses_a_bare_string() -> None:
         plan_images("https://a.test/1.png")
 
 
-# --- worker-path selection checks (§3.3) ---------------------------------------------------
+# --- worker-path selection checks (docs/pd-contract.md §5) ---------------------------------
 
 
 def test_scheme_intersection_ignores_legs_advertising_none() -> None:

@@ -28,7 +28,7 @@ from tandem.wire.tensors import decode_tensor
 # Two sizes, so that Qwen's dynamic resolution gives the images different grids.
 SMALL, LARGE = png_bytes((40, 30), seed=1), png_bytes((96, 64), seed=2)
 
-# What vLLM expects for each family (reference §2.4), written out rather than read from the
+# What vLLM expects for each family (docs/pd-contract.md §4), written out rather than read from the
 # family specs so that a wrong spec fails here.
 LAYOUT = {
     "tiny-qwen3-vl": {

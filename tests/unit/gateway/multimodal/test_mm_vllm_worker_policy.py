@@ -18,11 +18,11 @@ from mm_gateway_origin import ConnectionCounter, ImageOrigin, data_url, png_byte
 from tandem.errors import TandemError
 from tandem.gateway.api.schemas import ChatCompletionRequest
 from tandem.gateway.config import GatewayConfig
+from tandem.gateway.context import RequestContext
+from tandem.gateway.dispatch.selection import candidates
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.multimodal import inline_refs
 from tandem.gateway.multimodal.inline_refs import gateway_must_fetch
-from tandem.gateway.pipeline.context import RequestContext
-from tandem.gateway.pipeline.dispatch import candidates
 from tandem.gateway.pipeline.media import prepare_media
 from tandem.gateway.pipeline.prompt import build_prompt
 from tandem.gateway.pipeline.wire_request import build_wire_request

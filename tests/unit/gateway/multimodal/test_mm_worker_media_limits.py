@@ -85,7 +85,7 @@ def test_negative_limits_are_refused() -> None:
 
 
 def test_the_gateway_retries_a_saturated_worker_and_keeps_a_413() -> None:
-    """How the gateway reads the worker's answers (reference status mapping, case 48)."""
+    """How the gateway reads the worker's answers (docs/pd-contract.md §14, §17)."""
     saturated = error_from_grpc(
         "worker_error", grpc.StatusCode.UNAVAILABLE, "worker is saturated: 64 media_refs ..."
     )

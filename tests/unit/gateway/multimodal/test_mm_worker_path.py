@@ -1,5 +1,5 @@
 """Worker path (``media_refs``): verbatim refs, and the gateway refusing before forwarding
-every URL the router path would refuse (DESIGN invariant 6) — without fetching anything."""
+every URL the router path would refuse (docs/pd-contract.md §5) — without fetching anything."""
 
 from __future__ import annotations
 

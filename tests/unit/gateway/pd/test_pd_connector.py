@@ -1,4 +1,4 @@
-"""KV connector modes, tags and the handoff table (reference §4.3 steps 1, 7, 11; cases 16–18)."""
+"""KV connector modes, tags and the handoff table (docs/pd-contract.md §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fan-out of n > 1 text requests under parallel dispatch (reference §4.2 step 2; cases 20–21)."""
+"""Fan-out of n > 1 text requests under parallel dispatch (docs/pd-contract.md §13)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Decode-leg forms and the missing-KV guards (reference §5, §4.3 steps 5–6 and 13; cases 9–12)."""
+"""Decode-leg forms and the missing-KV guards (docs/pd-contract.md §7, §11)."""
 
 from __future__ import annotations
 
@@ -187,7 +187,7 @@ def test_case12_stripped_leg_with_either_kv_form_passes() -> None:
 def test_identity_leg_without_kv_is_refused_not_answered_blind(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    req = mm_request(1)  # grid-less: the reference would recompute it as text
+    req = mm_request(1)  # grid-less: smg would recompute it as text (docs/pd-contract.md §18)
     leg = build_decode_leg(req, DecodeForm.IDENTITY_ONLY)
     assert handoff(NIXL, True, None, None, leg) is False
     with caplog.at_level(logging.ERROR), pytest.raises(TandemError) as info:

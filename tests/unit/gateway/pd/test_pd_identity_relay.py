@@ -1,4 +1,4 @@
-"""The media-identity relay to the decode leg (reference §3.6, §4.3 step 12; cases 22–27)."""
+"""The media-identity relay to the decode leg (docs/pd-contract.md §10)."""
 
 from __future__ import annotations
 

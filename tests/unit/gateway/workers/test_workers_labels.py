@@ -1,4 +1,4 @@
-"""Label flattening on real proto messages (reference §7.3) and Worker's label checks."""
+"""Label flattening on real proto messages (docs/pd-contract.md §2) and Worker's label checks."""
 
 from __future__ import annotations
 

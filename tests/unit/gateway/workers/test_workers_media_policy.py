@@ -1,5 +1,5 @@
 """The gateway in front of vLLM-protocol workers: the Tandem worker marker, the ``media_refs``
-scheme check on the aggregated path (reference case 40), and http(s) images forwarded as
+scheme check on the aggregated path (docs/pd-contract.md §5), and http(s) images forwarded as
 ``data:`` URLs to a worker that is not a Tandem worker.
 
 The worker is the protocol-level fake of workers_fake_engine.py (real gRPC on 127.0.0.1,

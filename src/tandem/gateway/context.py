@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from tandem.gateway.api.responses import Usage
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, SamplingSummary
 from tandem.gateway.model import ModelHandle
+from tandem.gateway.types import MmPath, Route
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest
 
@@ -16,7 +17,7 @@ from tandem.wire.proto import GenerateRequest
 class RequestContext:
     """Immutable input (route, body, model) plus what the stages fill in, in order."""
 
-    route: str  # "chat" or "completions"
+    route: Route
     request_id: str
     body: ChatCompletionRequest | CompletionRequest
     model: ModelHandle
@@ -27,7 +28,7 @@ class RequestContext:
     prompt_ids: list[int] = field(default_factory=list)
     image_urls: list[str] = field(default_factory=list)
     # media stage
-    mm_path: str | None = None  # "router" | "worker" | None (no media)
+    mm_path: MmPath | None = None  # None: no media
     # Worker path: the media_refs carry http(s) URLs for the worker to fetch, so only Tandem
     # workers (which fetch under Tandem's media guard) may be selected. When the gateway
     # fetched them instead (data: refs), ``image_urls`` then holds the forwarded schemes'

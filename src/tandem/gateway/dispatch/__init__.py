@@ -1,0 +1,1 @@
+"""Opening worker streams for a request: see ``base.py``."""

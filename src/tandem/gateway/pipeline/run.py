@@ -1,0 +1,245 @@
+"""The request pipeline's entry point: a generation request in, an answer or a stream out.
+
+One :class:`Pipeline` runs every generation route (chat, completions) through the same
+stages over one :class:`~tandem.gateway.context.RequestContext`:
+
+1. admit: refuse while draining, refuse a declared body over the limit, take an
+   admission slot (a queued request holds no body and no pixels);
+2. read and parse the body (the route's parser);
+3. prompt: render the template and tokenize (``prompt.py``), build the wire request;
+4. media: choose the path, process router-side images under the pixel lease
+   (``media.py``), all within ``--request-timeout-secs``;
+5. dispatch: open the worker stream(s) (``tandem.gateway.dispatch``); the request timeout
+   covers everything up to the first frame, and for a JSON answer up to its end;
+6. respond: collect the JSON answer, or hand the route an event stream (``respond.py``).
+
+It owns what must happen however a request ends: the admission slot and the pixel lease
+are released once (a stream keeps its slot until its last byte is sent), and the
+access-log record is finished once, in :meth:`Pipeline._finish`. The HTTP side is behind
+:class:`Inbound`; route handlers only parse, call :meth:`Pipeline.run` and render.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from tandem.errors import TandemError, make_error
+from tandem.gateway.access_log import RequestRecord
+from tandem.gateway.admission import PixelLease, Slot, rejected
+from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
+from tandem.gateway.context import RequestContext
+from tandem.gateway.dispatch.streams import OpenedStream
+from tandem.gateway.pipeline.media import prepare_media
+from tandem.gateway.pipeline.prompt import prepare_prompt
+from tandem.gateway.pipeline.respond import collect, stream_events
+from tandem.gateway.pipeline.wire_request import build_wire_request
+from tandem.gateway.state import GatewayState
+from tandem.gateway.types import Route
+
+log = logging.getLogger("tandem.gateway")
+T = TypeVar("T")
+Body = ChatCompletionRequest | CompletionRequest
+
+
+class ClientGone(Exception):
+    """The client hung up before the answer was ready (logged as 499)."""
+
+
+class Inbound(Protocol):
+    """What the pipeline needs of the HTTP request it serves."""
+
+    @property
+    def tenant(self) -> str | None: ...
+
+    @property
+    def declared_length(self) -> int | None: ...
+
+    async def read_body(self, limit: int) -> bytes:
+        """The body; 413 ``payload_too_large`` past ``limit``, :class:`ClientGone`."""
+        ...
+
+    async def until_disconnect(self, work: Awaitable[T]) -> T:
+        """Run ``work``; cancel it and raise :class:`ClientGone` if the client leaves."""
+        ...
+
+
+@dataclass(slots=True)
+class Answered:
+    body: dict[str, Any]
+    request_id: str
+
+
+@dataclass(slots=True)
+class Failed:
+    error: TandemError
+    request_id: str
+
+
+@dataclass(slots=True)
+class Gone:
+    request_id: str
+
+
+@dataclass(slots=True)
+class Streaming:
+    """An SSE answer: ``events`` to send, then ``sent`` (awaited whatever happened)."""
+
+    events: AsyncIterator[dict[str, Any]]
+    sent: Callable[[], Awaitable[None]]
+    request_id: str
+
+
+Outcome = Answered | Failed | Gone | Streaming
+
+
+@dataclass(slots=True)
+class _Held:
+    """What a request holds while it runs; each is released once."""
+
+    slot: Slot | None = None
+    lease: PixelLease | None = None
+
+    def release_lease(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+
+    def release(self) -> None:
+        self.release_lease()
+        if self.slot is not None:
+            self.slot.release()
+
+
+class Pipeline:
+    def __init__(self, state: GatewayState) -> None:
+        self.state = state
+        self.config = state.config
+
+    async def run(self, inbound: Inbound, route: Route, parse: Callable[[bytes], Body]) -> Outcome:
+        record = RequestRecord(route, enabled=self.config.access_log, tenant=inbound.tenant)
+        held = _Held()
+        ctx: RequestContext | None = None
+        try:
+            self._admissible(inbound)
+            held.slot = await self.state.admission.acquire(self.config.request_timeout_s)
+            body = parse(await inbound.read_body(self.config.max_payload_size))
+            # Charged by the media stage before any image is decoded, then holding only the
+            # pixel tensor until it is sent (docs/operations.md, "Memory bounds for images").
+            held.lease = self.state.pixel_budget.lease()
+            ctx = await self._prepare(body, route, record.request_id, held.lease)
+            if ctx.stream:
+                return await self._streaming(inbound, ctx, record, held)
+            answer = await inbound.until_disconnect(self._answer(ctx, held))
+        except TandemError as err:
+            self._finish(record, ctx, err.status, err.code)
+            return Failed(err, record.request_id)
+        except ClientGone:
+            self._finish(record, ctx, 499, "client_disconnected")
+            return Gone(record.request_id)
+        except Exception:
+            log.exception("unexpected failure on %s (%s)", route, record.request_id)
+            bug = make_error("internal_error", "internal error; see the gateway log")
+            self._finish(record, ctx, bug.status, bug.code)
+            return Failed(bug, record.request_id)
+        finally:
+            held.release()  # a stream has taken its slot over
+        self._finish(record, ctx, 200, "")
+        return Answered(answer, record.request_id)
+
+    def _admissible(self, inbound: Inbound) -> None:
+        if self.state.draining:
+            raise rejected("shutting_down", "the gateway is shutting down", "shutting_down")
+        limit, declared = self.config.max_payload_size, inbound.declared_length
+        if declared is not None and declared > limit:
+            # Before the body is read or queued.
+            raise make_error("payload_too_large", f"request body is over {limit} bytes")
+
+    async def _prepare(
+        self, body: Body, route: Route, request_id: str, lease: PixelLease
+    ) -> RequestContext:
+        state = self.state
+        model = await state.ensure_model()
+        if model is None:
+            raise make_error("no_available_workers", "no worker is registered yet")
+        if body.model != model.model_id:
+            raise make_error(
+                "model_not_found", f"model {body.model!r} is not served here", param="model"
+            )
+        ctx = RequestContext(route, request_id, body, model, body.sampling())
+        await prepare_prompt(ctx)
+        build_wire_request(ctx)
+        workers = state.registry.workers(model_id=model.model_id)
+        timeout = self.config.request_timeout_s
+        try:
+            await asyncio.wait_for(prepare_media(ctx, self.config, workers, lease), timeout)
+        except TimeoutError:
+            raise make_error(
+                "request_timeout", f"media not ready within --request-timeout-secs={timeout}"
+            ) from None
+        return ctx
+
+    async def _answer(self, ctx: RequestContext, held: _Held) -> dict[str, Any]:
+        try:
+            async with asyncio.timeout(self.config.request_timeout_s):
+                opened = await self.state.dispatcher.open(ctx)
+                held.release_lease()  # the first frame is back: the pixels have gone
+                return await collect(ctx, opened)
+        except TimeoutError:
+            raise self._timed_out("no answer") from None
+
+    async def _open(self, ctx: RequestContext) -> OpenedStream:
+        """A stream's legs up to the first frame; the rest is bounded by the gRPC deadline."""
+        try:
+            async with asyncio.timeout(self.config.request_timeout_s):
+                return await self.state.dispatcher.open(ctx)
+        except TimeoutError:
+            raise self._timed_out("no first token") from None
+
+    async def _streaming(
+        self, inbound: Inbound, ctx: RequestContext, record: RequestRecord, held: _Held
+    ) -> Streaming:
+        opened = await inbound.until_disconnect(self._open(ctx))
+        held.release_lease()  # the first frame is back: the pixels have gone
+        # The slot is held until the last byte is sent (or the client is gone).
+        slot, held.slot = held.slot, None
+
+        async def sent() -> None:
+            if slot is not None:
+                slot.release()
+            # Only counts if the stream never started (a client gone before its first byte).
+            self._finish(record, ctx, 499, "client_disconnected")
+            # A stream that never started must still end its worker calls and settle their
+            # in-flight counts (no-ops after a normal end).
+            await opened.abandon()
+
+        events = self._observed(stream_events(ctx, opened), ctx, record)
+        return Streaming(events, sent, record.request_id)
+
+    async def _observed(
+        self, events: AsyncIterator[dict[str, Any]], ctx: RequestContext, record: RequestRecord
+    ) -> AsyncIterator[dict[str, Any]]:
+        status, code = 200, ""
+        try:
+            async for event in events:
+                yield event
+        except TandemError as err:
+            status, code = err.status, err.code
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            status, code = 499, "client_disconnected"  # the client left mid-stream
+            raise
+        finally:
+            self._finish(record, ctx, status, code)
+
+    def _finish(
+        self, record: RequestRecord, ctx: RequestContext | None, status: int, code: str
+    ) -> None:
+        """The one place a request's access-log record ends (the first call counts)."""
+        record.finish(status, code, ctx)
+
+    def _timed_out(self, what: str) -> TandemError:
+        limit = self.config.request_timeout_s
+        return make_error("request_timeout", f"{what} within --request-timeout-secs={limit}")

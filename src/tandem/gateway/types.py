@@ -1,0 +1,25 @@
+"""The gateway's closed sets of names, each written once as a ``Literal``.
+
+The config dataclass, the argparse ``choices`` (``typing.get_args``) and the request context
+use these same types, so a new value is added in one place and a misspelt one is a type error.
+The worker roles of the gateway's pool live with the worker (``gateway/workers/worker.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+# --mm-processing: where a request's images are processed (docs/operations.md).
+MmProcessingMode = Literal["auto", "router", "worker"]
+# Where one request's images were processed: by the gateway, or by the workers (media_refs).
+MmPath = Literal["router", "worker"]
+# --pd-dispatch: prefill then decode, or both legs at once.
+PdDispatch = Literal["sequential", "parallel"]
+# The generation routes: /v1/chat/completions and /v1/completions.
+Route = Literal["chat", "completions"]
+# --event-loop: auto takes uvloop when it is installed.
+EventLoop = Literal["auto", "uvloop", "asyncio"]
+
+MM_PROCESSING_MODES: tuple[MmProcessingMode, ...] = get_args(MmProcessingMode)
+PD_DISPATCH_MODES: tuple[PdDispatch, ...] = get_args(PdDispatch)
+EVENT_LOOPS: tuple[EventLoop, ...] = get_args(EventLoop)

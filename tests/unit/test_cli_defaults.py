@@ -1,0 +1,98 @@
+"""A flag's default is its config field's default, and its choices are the field's Literal.
+
+The CLIs read both from the config dataclasses and the types modules instead of repeating
+them, so these tests only break when a flag stops doing so (or converts a unit wrongly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any, get_args, get_type_hints
+
+import pytest
+
+from tandem.cli import build_parser
+from tandem.gateway.cli import config_from_args as gateway_config_from_args
+from tandem.gateway.config import GatewayConfig
+from tandem.gateway.types import EventLoop, MmProcessingMode, PdDispatch
+from tandem.log import DEFAULT_LOG_LEVEL
+from tandem.worker.cli import MmProcessor
+from tandem.worker.cli import config_from_args as worker_config_from_args
+from tandem.worker.config import EngineKind, KvConnector, Role, WorkerConfig
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(list(argv))
+
+
+def differing_fields(built: Any, default: Any) -> dict[str, tuple[Any, Any]]:
+    """Field → (from the flags, the dataclass's default), for the fields that differ."""
+    return {
+        f.name: (getattr(built, f.name), getattr(default, f.name))
+        for f in dataclasses.fields(default)
+        if getattr(built, f.name) != getattr(default, f.name)
+    }
+
+
+def test_gateway_flags_default_to_the_gateway_config() -> None:
+    # No gateway field needs an argument: a gateway with no workers is a valid config.
+    built = gateway_config_from_args(parse("gateway"))
+    assert differing_fields(built, GatewayConfig()) == {}
+    assert built == GatewayConfig()
+
+
+def test_worker_flags_default_to_the_worker_config() -> None:
+    # Covers the unit conversions too: --null-token-delay-ms → null_token_delay_s.
+    built = worker_config_from_args(parse("worker"))
+    assert differing_fields(built, WorkerConfig()) == {}
+    assert built == WorkerConfig()
+
+
+def test_serve_flags_default_to_what_its_children_default_to() -> None:
+    args = parse("serve")
+    assert args.model == WorkerConfig().model
+    assert args.port == GatewayConfig().port
+    assert args.mm_processing == GatewayConfig().mm_processing
+    assert args.log_level == DEFAULT_LOG_LEVEL
+    for command in ("gateway", "worker"):
+        assert parse(command).log_level == DEFAULT_LOG_LEVEL
+
+
+def choices(command: str, flag: str) -> tuple[Any, ...]:
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    sub = commands.choices[command]
+    action = next(a for a in sub._actions if flag in a.option_strings)
+    assert action.choices is not None, flag
+    return tuple(action.choices)
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "literal"),
+    [
+        ("gateway", "--mm-processing", MmProcessingMode),
+        ("gateway", "--pd-dispatch", PdDispatch),
+        ("gateway", "--event-loop", EventLoop),
+        ("serve", "--mm-processing", MmProcessingMode),
+        ("worker", "--role", Role),
+        ("worker", "--engine", EngineKind),
+        ("worker", "--kv-connector", KvConnector),
+        ("worker", "--mm-processor", MmProcessor),
+    ],
+)
+def test_choices_are_the_literal_of_the_field(command: str, flag: str, literal: Any) -> None:
+    assert choices(command, flag) == get_args(literal)
+
+
+@pytest.mark.parametrize(
+    ("config", "name", "literal"),
+    [
+        (GatewayConfig, "mm_processing", MmProcessingMode),
+        (GatewayConfig, "pd_dispatch", PdDispatch),
+        (WorkerConfig, "role", Role),
+        (WorkerConfig, "engine", EngineKind),
+        (WorkerConfig, "kv_connector", KvConnector),
+    ],
+)
+def test_config_fields_are_typed_by_the_same_literal(config: type, name: str, literal: Any) -> None:
+    assert get_type_hints(config)[name] == literal
