@@ -214,6 +214,31 @@ async def test_the_issues_request_is_served_within_the_default_budget(worker: Pr
         gateway.stop()
 
 
+async def test_the_issues_request_sixteen_at_once(worker: Proc) -> None:
+    """The issue's load as it was measured: that request 16 times at once, default budget.
+
+    (Not run against the old code: it would need more than 12 GiB there. The scaled test
+    above is the one that fails on it.)
+    """
+    budget = 512 * MiB  # the default --multimodal-max-inflight-bytes
+    gateway = start_gateway(worker, budget)
+    try:
+        async with client(gateway) as api:
+            await warm_up(api)
+            with peak_rss(gateway) as rss:
+                answers = await asyncio.wait_for(
+                    asyncio.gather(*(ask(api, *[8192] * 8) for _ in range(16))), 120
+                )
+        statuses = sorted(status for status, _ in answers)
+        assert set(statuses) <= {200, 413, 429}, answers
+        assert 200 in statuses, statuses
+        assert rss["peak"] <= budget + MARGIN, (rss["peak"] / MiB, statuses)
+        assert gateway.popen.poll() is None
+        assert await metric(gateway, "tandem_mm_inflight_bytes") == 0
+    finally:
+        gateway.stop()
+
+
 async def test_a_request_that_does_not_fit_while_another_holds_the_budget(
     worker: Proc, processor: ImageProcessor
 ) -> None:

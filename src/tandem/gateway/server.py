@@ -97,6 +97,7 @@ async def serve(config: GatewayConfig, log_level: str = "info") -> None:
         )
         print(f"TANDEM_GATEWAY_READY http://{address}", flush=True)
 
+    # uvicorn offers no hook once its socket listens; wrapping its startup is the seam.
     server.startup = startup  # type: ignore[method-assign]
     try:
         await server.serve(sockets=[sock])

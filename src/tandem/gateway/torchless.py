@@ -16,4 +16,6 @@ def block_torch() -> None:
     if "transformers" in sys.modules or sys.modules.get("torch") is not None:
         return  # too late to change what transformers saw; leave the process as it is
     for name in ("torch", "torchvision", "torchaudio"):
+        # A None entry is Python's documented way to make an import fail; typeshed types the
+        # dict as holding modules only.
         sys.modules[name] = None  # type: ignore[assignment]

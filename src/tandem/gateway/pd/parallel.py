@@ -78,8 +78,9 @@ async def open_parallel(
         # Whichever leg fails first answers at once; the other is dropped (Abort).
         await asyncio.wait({prefill, decode}, return_when=asyncio.FIRST_EXCEPTION)
         for task in (prefill, decode):
-            if task.done() and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+            failure = task.exception() if task.done() else None
+            if failure is not None:
+                raise failure
         prefill_stream, prefill_first = prefill.result()
         async for _ in relay(prefill_stream, prefill_first, "prefill_stream_error"):
             pass  # the prefill leg only has to finish; its params are the minted ones
