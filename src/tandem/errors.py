@@ -54,6 +54,9 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     # --- request shape -------------------------------------------------------
     "invalid_request": ErrorSpec(400, False, "malformed JSON, wrong field type or value"),
     "unsupported_content_part": ErrorSpec(400, False, "a content part type Tandem does not know"),
+    "unsupported_parameter": ErrorSpec(
+        400, False, "a request field Tandem cannot honour yet (never silently ignored)"
+    ),
     "model_not_found": ErrorSpec(404, False, "no worker serves the requested model"),
     "not_found": ErrorSpec(404, False, "unknown route"),
     "worker_not_found": ErrorSpec(404, False, "admin API: no such worker"),

@@ -30,6 +30,7 @@ from tandem.gateway.api.schemas_chat import (
     UNSUPPORTED_PART,
     ChatMessage,
 )
+from tandem.gateway.api.unhonoured import refuse_unhonoured
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Token counts and ids travel as uint32 on the wire: a larger value must be a 400 here,
@@ -171,6 +172,12 @@ class ChatCompletionRequest(_GenerationParams):
     logprobs: bool = False
     top_logprobs: int = Field(0, ge=0, le=20)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _honoured_only(cls, data: Any) -> Any:
+        refuse_unhonoured(data, chat=True)
+        return data
+
     @field_validator("logprobs", "top_logprobs")
     @classmethod
     def _no_logprobs(cls, value: bool | int) -> bool | int:
@@ -213,6 +220,13 @@ PromptInput = Annotated[
 
 class CompletionRequest(_GenerationParams):
     prompt: PromptInput
+
+    @model_validator(mode="before")
+    @classmethod
+    def _honoured_only(cls, data: Any) -> Any:
+        refuse_unhonoured(data, chat=False)
+        return data
+
     echo: bool = False
     suffix: str | None = None
     logprobs: int | None = None

@@ -121,7 +121,7 @@ def test_sdk_streaming_and_completion_requests_parse() -> None:
 
 
 def test_defaults_nulls_and_unknown_fields() -> None:
-    request = chat(n=None, stop=None, temperature=None, tools=[{"x": 1}], frobnicate=True)
+    request = chat(n=None, stop=None, temperature=None, metadata={"k": "v"}, frobnicate=True)
     s = request.sampling()
     assert (s.n, s.stop, s.temperature, s.max_tokens, s.top_p, s.greedy) == (
         1,

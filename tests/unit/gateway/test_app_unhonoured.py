@@ -1,0 +1,89 @@
+"""A field Tandem cannot honour yet is a 400 naming it, never a 200 that ignored it.
+
+Through the real app in-process (scripted worker side), with the official openai client.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from gateway_app_fakes import MODEL, make_gateway
+
+from tandem.errors import TandemError
+from tandem.gateway.api.schemas import parse_chat_request, parse_completion_request
+from tandem.gateway.app import build_app
+
+MESSAGES = [{"role": "user", "content": "Describe it as JSON."}]
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+REFUSED_CHAT: list[tuple[str, Any]] = [
+    ("response_format", {"type": "json_object"}),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+    ("tools", [TOOL]),
+    ("tool_choice", "required"),
+    ("logit_bias", {"42": 5}),
+    ("structured_outputs", {"regex": "[a-z]+"}),
+    ("guided_json", {"type": "object"}),
+    ("guided_choice", ["yes", "no"]),
+    ("reasoning_effort", "high"),
+    ("store", True),
+]
+
+
+def api(state: Any) -> openai.AsyncOpenAI:
+    transport = httpx.ASGITransport(app=build_app(state))
+    http = httpx.AsyncClient(transport=transport, base_url="http://gateway.test/v1")
+    return openai.AsyncOpenAI(
+        base_url="http://gateway.test/v1", api_key="x", http_client=http, max_retries=0
+    )
+
+
+@pytest.mark.parametrize("field,value", REFUSED_CHAT)
+async def test_chat_refuses_what_it_would_ignore(qwen_dir: Path, field: str, value: Any) -> None:
+    state, dispatcher = make_gateway(qwen_dir)
+    async with api(state) as client:
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.chat.completions.create(
+                model=MODEL, messages=MESSAGES, max_tokens=4, extra_body={field: value}
+            )
+    error = info.value.body
+    assert isinstance(error, dict)
+    assert error["code"] == "unsupported_parameter" and error["param"] == field
+    assert field in error["message"]
+    assert dispatcher.arrived == 0  # refused before anything reached a worker
+
+
+async def test_do_nothing_values_are_accepted(qwen_dir: Path) -> None:
+    state, dispatcher = make_gateway(qwen_dir)
+    async with api(state) as client:
+        answer = await client.chat.completions.create(
+            model=MODEL,
+            messages=MESSAGES,
+            max_tokens=4,
+            response_format={"type": "text"},
+            tool_choice="none",
+            logit_bias={},
+            store=False,
+            modalities=["text"],
+        )
+    assert answer.choices[0].message.content and dispatcher.arrived == 1
+
+
+@pytest.mark.parametrize("field,value", [("logit_bias", {"1": -100}), ("guided_regex", "a+")])
+def test_completions_refuse_them_too(field: str, value: Any) -> None:
+    body = {"model": "m", "prompt": "hi", field: value}
+    with pytest.raises(TandemError) as info:
+        parse_completion_request(json.dumps(body))
+    assert info.value.code == "unsupported_parameter" and info.value.param == field
+
+
+def test_completions_keep_fields_chat_only_rules_name() -> None:
+    # ``tools`` means nothing to /v1/completions: an unknown extra, ignored as any other.
+    assert parse_completion_request(json.dumps({"model": "m", "prompt": "hi", "tools": [1]}))
+    with pytest.raises(TandemError):
+        parse_chat_request(json.dumps({"model": "m", "messages": MESSAGES, "tools": [TOOL]}))
