@@ -54,7 +54,7 @@ def procs(model_cache: Path):
         ]
         if family == "qwen":
             doomed = workers["qwen-prefill-doomed"].address
-            gw_names += ["qwen-parallel-worker-path", "qwen-parallel-retry"]
+            gw_names += ["qwen-parallel-worker-path", "qwen-parallel-retry", "qwen-sequential"]
             gw_specs += [
                 ["gateway", "--port", "0", "--mm-processing", "worker", *parallel],
                 [
@@ -74,6 +74,7 @@ def procs(model_cache: Path):
                     "--health-check-interval-secs",
                     "600",
                 ],
+                ["gateway", "--port", "0", "--mm-processing", "router", *pd],
             ]
     gateways = dict(zip(gw_names, start_all(gw_specs), strict=True))
     workers["qwen-prefill-doomed"].stop(signal.SIGKILL)
@@ -173,3 +174,29 @@ def test_retry_after_a_failed_prefill_start_sends_the_clients_request(procs, str
         msgs = [{"role": "user", "content": f"Tell me about {seed}."}]
         assert answer(gateway, "qwen", msgs) == ask(procs["gw:qwen-agg"], "qwen", msgs)
     assert gateway.count("retrying on another pair") >= 1
+
+
+@pytest.mark.parametrize("gateway", ["gw:qwen-agg", "gw:qwen-parallel", "gw:qwen-sequential"])
+def test_logit_bias_steers_every_token(procs, qwen_dir: Path, gateway: str) -> None:
+    """+100 on one token makes greedy pick it every time, on every dispatch path."""
+    from tandem.gateway.model import ModelHandle
+
+    (token,) = ModelHandle.from_dir(qwen_dir, MODELS["qwen"]).encode("x")
+    msgs = messages(1, seed=350)
+    ((text, finish),) = ask(procs[gateway], "qwen", msgs, logit_bias={str(token): 100})
+    assert (text, finish) == ("x" * MAX_TOKENS, "length")
+    ((banned, _),) = ask(procs[gateway], "qwen", msgs, logit_bias={str(token): -100})
+    assert "x" not in banned
+
+
+def test_penalties_change_the_answer_the_same_way_through_pd(procs) -> None:
+    msgs = messages(0, seed=360)
+    agg = procs["gw:qwen-agg"]
+    plain = ask(agg, "qwen", msgs)
+    # A negative presence penalty favours tokens already said: the answer turns repetitive.
+    repetitive = ask(agg, "qwen", msgs, presence_penalty=-2.0)
+    assert repetitive != plain  # the engine honours the penalty
+    varied = ask(agg, "qwen", msgs, frequency_penalty=2.0)
+    for gateway in ("gw:qwen-parallel", "gw:qwen-sequential"):
+        assert ask(procs[gateway], "qwen", msgs, presence_penalty=-2.0) == repetitive
+        assert ask(procs[gateway], "qwen", msgs, frequency_penalty=2.0) == varied

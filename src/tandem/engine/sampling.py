@@ -36,6 +36,11 @@ class SamplingConfig:
     ignore_eos: bool = False
     seed: int | None = None
     repetition_penalty: float = 1.0
+    # OpenAI / vLLM penalties on the generated tokens: frequency per occurrence, presence once.
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    # (token id, bias) added to the logits before anything else (OpenAI's logit_bias).
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
@@ -65,6 +70,16 @@ class SamplingConfig:
             raise ValueError(
                 f"repetition_penalty must be finite and > 0, got {self.repetition_penalty!r}"
             )
+        for name in ("frequency_penalty", "presence_penalty"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and -2.0 <= value <= 2.0):
+                raise ValueError(f"{name} must be in [-2, 2], got {value!r}")
+        self.logit_bias = tuple((int(t), float(b)) for t, b in self.logit_bias)
+        for tid, bias in self.logit_bias:
+            if tid < 0 or not (math.isfinite(bias) and -100.0 <= bias <= 100.0):
+                raise ValueError(
+                    f"logit_bias {tid}: {bias} needs an id >= 0 and -100 <= bias <= 100"
+                )
 
     @property
     def greedy(self) -> bool:
@@ -110,8 +125,20 @@ class Sampler:
         if bool(pos_inf.any()):
             # Only +inf entries can win; make them equal finite scores so softmax works.
             scores = torch.where(pos_inf, 0.0, -math.inf)
+        if cfg.logit_bias:
+            ids = torch.tensor([t for t, _ in cfg.logit_bias], dtype=torch.long)
+            if int(ids.max()) >= scores.numel():
+                raise ValueError(
+                    f"logit_bias names token ids outside the vocabulary of {scores.numel()}"
+                )
+            scores[ids] += torch.tensor([b for _, b in cfg.logit_bias], dtype=torch.float32)
         if cfg.repetition_penalty != 1.0:
             _apply_repetition_penalty(scores, prompt_ids, generated, cfg.repetition_penalty)
+        if generated and (cfg.frequency_penalty or cfg.presence_penalty):
+            counts = torch.bincount(
+                torch.tensor(list(generated), dtype=torch.long), minlength=scores.numel()
+            )[: scores.numel()].to(torch.float32)
+            scores -= cfg.frequency_penalty * counts + cfg.presence_penalty * (counts > 0)
         if len(generated) < cfg.min_tokens:
             banned = set(cfg.stop_token_ids)
             if not cfg.ignore_eos:

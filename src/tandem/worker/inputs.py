@@ -61,7 +61,17 @@ def sampling_config(
     bad = [t for t in params.stop_token_ids if t >= vocab_size]
     if bad:
         raise ValueError(f"stop_token_ids {bad} are outside the vocabulary of {vocab_size}")
-    for name in ("temperature", "top_p", "min_p", "repetition_penalty"):
+    bad_bias = [t for t in params.logit_bias if not 0 <= t < vocab_size]
+    if bad_bias:
+        raise ValueError(f"logit_bias names token ids {bad_bias[:5]} outside the vocabulary")
+    for name in (
+        "temperature",
+        "top_p",
+        "min_p",
+        "repetition_penalty",
+        "frequency_penalty",
+        "presence_penalty",
+    ):
         value = getattr(params, name)
         if not math.isfinite(value):
             raise ValueError(f"{name} must be a finite number")
@@ -76,6 +86,9 @@ def sampling_config(
         ignore_eos=params.ignore_eos,
         seed=params.seed if params.HasField("seed") else None,
         repetition_penalty=params.repetition_penalty or 1.0,
+        frequency_penalty=params.frequency_penalty,
+        presence_penalty=params.presence_penalty,
+        logit_bias=tuple(sorted(params.logit_bias.items())),
     )
 
 

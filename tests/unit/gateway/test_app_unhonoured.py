@@ -26,7 +26,7 @@ REFUSED_CHAT: list[tuple[str, Any]] = [
     ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
     ("tools", [TOOL]),
     ("tool_choice", "required"),
-    ("logit_bias", {"42": 5}),
+    ("prompt_logprobs", 1),
     ("structured_outputs", {"regex": "[a-z]+"}),
     ("guided_json", {"type": "object"}),
     ("guided_choice", ["yes", "no"]),
@@ -74,7 +74,7 @@ async def test_do_nothing_values_are_accepted(qwen_dir: Path) -> None:
     assert answer.choices[0].message.content and dispatcher.arrived == 1
 
 
-@pytest.mark.parametrize("field,value", [("logit_bias", {"1": -100}), ("guided_regex", "a+")])
+@pytest.mark.parametrize("field,value", [("prompt_logprobs", 2), ("guided_regex", "a+")])
 def test_completions_refuse_them_too(field: str, value: Any) -> None:
     body = {"model": "m", "prompt": "hi", field: value}
     with pytest.raises(TandemError) as info:
@@ -87,3 +87,23 @@ def test_completions_keep_fields_chat_only_rules_name() -> None:
     assert parse_completion_request(json.dumps({"model": "m", "prompt": "hi", "tools": [1]}))
     with pytest.raises(TandemError):
         parse_chat_request(json.dumps({"model": "m", "messages": MESSAGES, "tools": [TOOL]}))
+
+
+def test_logit_bias_is_checked_not_refused() -> None:
+    body = {"model": "m", "messages": MESSAGES, "logit_bias": {"42": 5, "7": -100}}
+    assert parse_chat_request(json.dumps(body)).sampling().logit_bias == ((7, -100.0), (42, 5.0))
+    for bad, param in (({"x": 1}, "logit_bias"), ({"1": 101}, "logit_bias.1")):
+        with pytest.raises(TandemError) as info:
+            parse_chat_request(json.dumps({**body, "logit_bias": bad}))
+        assert info.value.code == "invalid_request" and info.value.param == param
+
+
+async def test_logit_bias_outside_the_vocabulary_is_a_400(qwen_dir: Path) -> None:
+    state, dispatcher = make_gateway(qwen_dir)
+    async with api(state) as client:
+        with pytest.raises(openai.BadRequestError) as info:
+            await client.chat.completions.create(
+                model=MODEL, messages=MESSAGES, max_tokens=4, logit_bias={"99999999": 5}
+            )
+    assert isinstance(info.value.body, dict) and info.value.body["param"] == "logit_bias"
+    assert dispatcher.arrived == 0

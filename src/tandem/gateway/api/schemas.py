@@ -44,6 +44,8 @@ MAX_STOPS = 4
 MAX_STOP_CHARS = 1024
 # Checked by the worker after every token; vLLM takes any number, a few dozen is plenty.
 MAX_STOP_TOKEN_IDS = 64
+# Entries of logit_bias: OpenAI takes up to 300 (vLLM any number); the worker checks each.
+MAX_LOGIT_BIAS = 1024
 # OpenAI's (and vLLM's) default for the legacy completions endpoint.
 DEFAULT_COMPLETION_MAX_TOKENS = 16
 
@@ -71,6 +73,7 @@ class SamplingSummary:
     presence_penalty: float
     repetition_penalty: float
     skip_special_tokens: bool
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     @property
     def greedy(self) -> bool:
@@ -106,6 +109,22 @@ class _GenerationParams(BaseModel):
     presence_penalty: float = Field(0.0, ge=-2, le=2)
     repetition_penalty: float = Field(1.0, gt=0)
     skip_special_tokens: bool = True
+    # Token id (as a JSON object key) -> bias added to its logit, OpenAI's -100..100.
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] = Field(
+        default_factory=dict, max_length=MAX_LOGIT_BIAS
+    )
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_id_keys(cls, value: dict[str, float]) -> dict[str, float]:
+        for key in value:
+            if not (key.isdigit() and int(key) <= INT32_MAX):
+                raise PydanticCustomError(
+                    INVALID,
+                    "logit_bias keys must be token ids (0 or more), got '{key}'",
+                    {"key": key},
+                )
+        return value
 
     @model_validator(mode="before")
     @classmethod
@@ -159,6 +178,7 @@ class _GenerationParams(BaseModel):
             presence_penalty=self.presence_penalty,
             repetition_penalty=self.repetition_penalty,
             skip_special_tokens=self.skip_special_tokens,
+            logit_bias=tuple(sorted((int(k), v) for k, v in self.logit_bias.items())),
         )
 
 

@@ -41,7 +41,6 @@ _COMMON: dict[str, _Rule] = {
     "guided_regex": (_empty, "guided decoding is not supported yet"),
     "guided_choice": (_empty, "guided decoding is not supported yet"),
     "guided_grammar": (_empty, "guided decoding is not supported yet"),
-    "logit_bias": (_empty, "logit_bias is not supported yet"),
     "prompt_logprobs": (_empty, "prompt logprobs are not supported yet"),
 }
 _CHAT: dict[str, _Rule] = {
