@@ -165,6 +165,26 @@ async def warm_up(api: openai.AsyncOpenAI) -> None:
         assert await ask(api, 64) == (200, "")
 
 
+async def burst(
+    gateway: Proc, side: int, count: int, timeout: float
+) -> tuple[list[tuple[int, str]], dict[str, int]]:
+    """``count`` requests of eight ``side``² images at once: their answers and the peak RSS.
+
+    Every answer must be served, 413 or 429; the gateway must survive and give every
+    budgeted byte back.
+    """
+    async with client(gateway) as api:
+        await warm_up(api)
+        with peak_rss(gateway) as rss:
+            answers = await asyncio.wait_for(
+                asyncio.gather(*(ask(api, *[side] * 8) for _ in range(count))), timeout
+            )
+    assert {status for status, _ in answers} <= {200, 413, 429}, answers
+    assert gateway.popen.poll() is None
+    assert await metric(gateway, "tandem_mm_inflight_bytes") == 0
+    return answers, rss
+
+
 async def test_sixteen_requests_of_eight_large_images_stay_in_the_budget(worker: Proc) -> None:
     """16 at once, each with eight 2048x2048 PNGs (16 MiB each once decoded), 48 MiB budget.
 
@@ -174,19 +194,11 @@ async def test_sixteen_requests_of_eight_large_images_stay_in_the_budget(worker:
     budget = 48 * MiB
     gateway = start_gateway(worker, budget)
     try:
-        async with client(gateway) as api:
-            await warm_up(api)
-            with peak_rss(gateway) as rss:
-                answers = await asyncio.wait_for(
-                    asyncio.gather(*(ask(api, *[2048] * 8) for _ in range(16))), 60
-                )
+        answers, rss = await burst(gateway, 2048, 16, 60)
         statuses = sorted(status for status, _ in answers)
-        assert set(statuses) <= {200, 413, 429}, answers
         assert rss["peak"] <= budget + MARGIN, (rss["peak"] / MiB, statuses)
         assert 200 in statuses and 429 in statuses, statuses
         assert all(code == "multimodal_inflight_budget" for s, code in answers if s == 429)
-        assert gateway.popen.poll() is None
-        assert await metric(gateway, "tandem_mm_inflight_bytes") == 0
         async with httpx.AsyncClient(timeout=10) as http:
             assert (await http.get(f"{gateway.address}/health")).status_code == 200
     finally:
@@ -223,18 +235,10 @@ async def test_the_issues_request_sixteen_at_once(worker: Proc) -> None:
     budget = 512 * MiB  # the default --multimodal-max-inflight-bytes
     gateway = start_gateway(worker, budget)
     try:
-        async with client(gateway) as api:
-            await warm_up(api)
-            with peak_rss(gateway) as rss:
-                answers = await asyncio.wait_for(
-                    asyncio.gather(*(ask(api, *[8192] * 8) for _ in range(16))), 120
-                )
+        answers, rss = await burst(gateway, 8192, 16, 120)
         statuses = sorted(status for status, _ in answers)
-        assert set(statuses) <= {200, 413, 429}, answers
         assert 200 in statuses, statuses
         assert rss["peak"] <= budget + MARGIN, (rss["peak"] / MiB, statuses)
-        assert gateway.popen.poll() is None
-        assert await metric(gateway, "tandem_mm_inflight_bytes") == 0
     finally:
         gateway.stop()
 
