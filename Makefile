@@ -11,6 +11,9 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[engine,dev]'
+	@# xgrammar's own dependencies come with the engine extra; --no-deps keeps out triton
+	@# (1 GB, GPU only). Keep this version equal to the `structured` extra's.
+	$(PY) -m pip install --quiet --no-deps 'xgrammar==0.2.8'
 	@touch $(STAMP)
 
 install: $(STAMP)

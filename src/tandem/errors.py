@@ -57,6 +57,9 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     "unsupported_parameter": ErrorSpec(
         400, False, "a request field Tandem cannot honour yet (never silently ignored)"
     ),
+    "invalid_structured_output": ErrorSpec(
+        400, False, "a JSON schema, regex, grammar or choice list that cannot constrain decoding"
+    ),
     "model_not_found": ErrorSpec(404, False, "no worker serves the requested model"),
     "not_found": ErrorSpec(404, False, "unknown route"),
     "worker_not_found": ErrorSpec(404, False, "admin API: no such worker"),

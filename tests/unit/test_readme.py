@@ -11,6 +11,8 @@ import pytest
 from tandem.cli import build_parser
 from tandem.errors import ERROR_CATALOGUE
 from tandem.gateway import metrics
+from tandem.gateway.api import unhonoured
+from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 
 README = (Path(__file__).parents[2] / "README.md").read_text()
 
@@ -51,3 +53,25 @@ def test_every_flag_is_documented(command: str) -> None:
     ]
     missing = [flag for flag in flags if f"`{flag}" not in README and f" {flag}" not in README]
     assert flags and not missing, missing
+
+
+def _request_field_rows() -> dict[str, str]:
+    """Field → its row in the README's request-fields table."""
+    section = README.split("## Request fields", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            names = line.split("|")[1]
+            for name in names.replace("`", "").split(","):
+                rows[name.strip()] = line
+    return rows
+
+
+def test_every_request_field_is_marked_honoured_or_refused() -> None:
+    rows = _request_field_rows()
+    declared = set(ChatCompletionRequest.model_fields) | set(CompletionRequest.model_fields)
+    refused = set(unhonoured._COMMON) | set(unhonoured._CHAT)
+    missing = sorted((declared | refused) - set(rows))
+    assert not missing, missing
+    wrong = sorted(name for name in refused if "| refused |" not in rows[name])
+    assert not wrong, wrong

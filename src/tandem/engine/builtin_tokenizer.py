@@ -12,26 +12,8 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-from tandem.engine.builtin_specs import BYTE_VOCAB, BuiltinSpec
-
-
-def byte_symbols() -> list[str]:
-    """The printable stand-in character of each byte value, in byte order."""
-    printable = (
-        set(range(ord("!"), ord("~") + 1))
-        | set(range(ord("¡"), ord("¬") + 1))
-        | set(range(ord("®"), ord("ÿ") + 1))
-    )
-    symbols: list[str] = []
-    shifted = 0
-    for byte in range(BYTE_VOCAB):
-        if byte in printable:
-            symbols.append(chr(byte))
-        else:
-            # Control and whitespace bytes get code points past 255, as GPT-2 does.
-            symbols.append(chr(BYTE_VOCAB + shifted))
-            shifted += 1
-    return symbols
+from tandem.engine.builtin_specs import BuiltinSpec
+from tandem.models.byte_level import byte_symbols
 
 
 def build_tokenizer(special_tokens: tuple[str, ...]) -> Tokenizer:

@@ -5,6 +5,12 @@ call happens on the compute thread, so the gRPC event loop never blocks on
 torch. Running samples advance one token per loop turn in round-robin order,
 which keeps concurrent streams moving together.
 
+Structured outputs: each sample of a constrained request owns a grammar matcher. A step
+masks the logits with it before the sampler's own processing (``engine/sampling.py``
+gives the order), the matcher then takes the chosen token, and once the grammar is
+complete (its stop token taken: the stop token is the sample's last output token) the
+sample ends with ``stop``.
+
 :class:`EmbeddedEngine` implements the worker's ``engine.protocol.Engine``.
 """
 
@@ -18,14 +24,19 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from tandem.engine.aborts import PendingAborts
 from tandem.engine.block_keys import block_keys
 from tandem.engine.kv_store import KvStore
+from tandem.engine.logprobs import TokenLogprob
 from tandem.engine.prefix_cache import PrefixCache
 from tandem.engine.request import EngineOutput, EngineRequest
 from tandem.engine.runner import ModelRunner, SequenceState
 from tandem.engine.sampling import Sampler, finish_reason
 from tandem.engine.stats import EngineCounters, EngineStats, engine_counters
+from tandem.engine.structured import CompiledConstraint, StructuredCompiler, TokenMatcher
+from tandem.engine.structured_spec import Constraint
 from tandem.engine.types import KVLayers, ModelShape
 
 log = logging.getLogger("tandem.engine")
@@ -33,12 +44,22 @@ log = logging.getLogger("tandem.engine")
 Sink = Callable[[EngineOutput | BaseException], None]
 
 
+class GrammarViolation(RuntimeError):
+    """The grammar matcher refused the token chosen under its own mask: an engine bug.
+
+    It ends the whole request with an error (the servicer reports INTERNAL), never the
+    engine loop: the other requests keep running.
+    """
+
+
 @dataclass(slots=True)
 class _Sample:
     index: int
     state: SequenceState
     sampler: Sampler
+    matcher: TokenMatcher | None = None
     generated: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # kept only when asked
     done: bool = False
 
 
@@ -68,6 +89,9 @@ class EmbeddedEngine:
         self._running: dict[str, _Running] = {}
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="tandem-engine", daemon=True)
+        # Built on the first constrained request: a worker that never sees one never loads
+        # xgrammar or the tokenizer.
+        self._structured = StructuredCompiler(runner.info.model_dir, runner.shape.vocab_size)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -99,6 +123,23 @@ class EmbeddedEngine:
 
     def counters(self) -> EngineCounters:
         return engine_counters(self.stats, self.prefix_cache, self.kv_store, self.num_running)
+
+    # -- structured outputs and logprobs ---------------------------------------------------
+
+    def compile_constraint(
+        self, constraint: Constraint, stop_token_ids: Sequence[int]
+    ) -> CompiledConstraint:
+        """Compile against this model's vocabulary (blocking; cached by the compiler).
+
+        The matchers stop on the model's eos ids and the request's ``stop_token_ids``,
+        as vLLM's matchers stop on its ``all_stop_token_ids``.
+        """
+        stops = [*self.runner.eos_token_ids, *stop_token_ids]
+        return self._structured.compile(constraint, stops)
+
+    @property
+    def returns_logprobs(self) -> bool:
+        return True
 
     # -- requests -----------------------------------------------------------------------
 
@@ -209,7 +250,8 @@ class EmbeddedEngine:
             config = request.sampling
             if config.seed is not None and index:
                 config = dataclasses.replace(config, seed=config.seed + index)
-            samples.append(_Sample(index, sample_state, Sampler(config)))
+            matcher = request.constraint.matcher() if request.constraint else None
+            samples.append(_Sample(index, sample_state, Sampler(config), matcher))
         running = _Running(request, sink, samples, cached_tokens)
         for sample in samples:
             self._choose(running, sample, logits)
@@ -235,19 +277,40 @@ class EmbeddedEngine:
             self._running.pop(running.request.request_id, None)
             self.stats.count("finished")
 
-    def _choose(self, running: _Running, sample: _Sample, logits) -> None:
+    def _choose(self, running: _Running, sample: _Sample, logits: torch.Tensor) -> None:
         eos = self.runner.eos_token_ids
-        token = sample.sampler.next_token(
-            logits, sample.generated, eos, prompt_ids=running.request.prompt_ids
+        matcher = sample.matcher
+        token, entry = sample.sampler.pick(
+            logits,
+            sample.generated,
+            eos,
+            prompt_ids=running.request.prompt_ids,
+            constrain=matcher.apply_mask if matcher else None,
         )
+        if matcher is not None and not matcher.accept(token):
+            raise GrammarViolation(f"the grammar refused token {token} chosen under its mask")
         sample.generated.append(token)
+        if entry is not None:
+            sample.logprobs.append(entry)
         self.stats.generated_tokens += 1
         reason = finish_reason(token, len(sample.generated), sample.sampler.config, eos)
-        self._emit(running, sample, [token], reason)
+        if matcher is not None and matcher.terminated:
+            # The grammar is complete: nothing can follow, whatever min_tokens or ignore_eos
+            # say (the matcher only ends on one of its stop tokens).
+            reason = "stop"
+        self._emit(running, sample, [token], reason, [entry] if entry else [])
 
-    def _emit(self, running: _Running, sample: _Sample, delta: list[int], reason: str | None):
+    def _emit(
+        self,
+        running: _Running,
+        sample: _Sample,
+        delta: list[int],
+        reason: str | None,
+        delta_logprobs: list[TokenLogprob] | None = None,
+    ) -> None:
         if reason is not None:
             sample.done = True
+        final = reason is not None
         running.sink(
             EngineOutput(
                 index=sample.index,
@@ -256,7 +319,9 @@ class EmbeddedEngine:
                 completion_tokens=len(sample.generated),
                 cached_tokens=running.cached_tokens,
                 finish_reason=reason,
-                output_ids=list(sample.generated) if reason is not None else [],
+                output_ids=list(sample.generated) if final else [],
+                logprobs=delta_logprobs or [],
+                output_logprobs=list(sample.logprobs) if final else [],
             )
         )
 

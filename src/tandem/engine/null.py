@@ -9,6 +9,10 @@ the embedded engine. The imported KV is then ignored.
 Outputs are one token a delta, cycling over the bytes of ``CANNED_TEXT`` (the built-in
 models' byte-level ids), stopping at ``max_tokens``; ``token_delay_s`` paces them to act
 as a slow worker.
+
+Canned tokens follow no grammar and come from no distribution: a constrained request, or
+one asking for logprobs, is refused (INVALID_ARGUMENT, ``unsupported_parameter``), never
+answered as if the field were not there.
 """
 
 from __future__ import annotations
@@ -20,12 +24,23 @@ import torch
 
 from tandem.engine.kv_store import KvStore
 from tandem.engine.prefix_cache import PrefixCache
-from tandem.engine.request import EngineOutput, EngineRequest
+from tandem.engine.request import EngineOutput, EngineRequest, RefusedField
 from tandem.engine.stats import EngineCounters, EngineStats, engine_counters
+from tandem.engine.structured import CompiledConstraint
+from tandem.engine.structured_spec import Constraint, StructuredOutputError
 from tandem.engine.types import KVLayers, ModelShape
 from tandem.models.info import ModelInfo
 
 CANNED_TEXT = b"null engine "
+NO_CONSTRAINTS = (
+    "the null engine (--engine null) answers canned tokens and cannot honour structured "
+    "outputs (json_schema, regex, grammar, structural_tag, json_object, choice); send the "
+    "request to an embedded or vLLM worker"
+)
+NO_LOGPROBS = (
+    "the null engine (--engine null) answers canned tokens and has no logprobs; send the "
+    "request to an embedded or vLLM worker"
+)
 
 
 def null_shape(info: ModelInfo) -> ModelShape:
@@ -98,6 +113,15 @@ class NullEngine:
         if request_id in self._running:
             self._aborted.add(request_id)
 
+    def compile_constraint(
+        self, constraint: Constraint, stop_token_ids: Sequence[int]
+    ) -> CompiledConstraint:
+        raise StructuredOutputError(NO_CONSTRAINTS, "unsupported_parameter")
+
+    @property
+    def returns_logprobs(self) -> bool:
+        return False
+
     async def generate(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         prompt = request.prompt_ids
         if not prompt:
@@ -107,6 +131,10 @@ class NullEngine:
                 f"prompt of {len(prompt)} tokens does not fit the model's context of "
                 f"{self._shape.max_context}"
             )
+        if request.constraint is not None:
+            raise StructuredOutputError(NO_CONSTRAINTS, "unsupported_parameter")
+        if request.sampling.logprobs is not None:
+            raise RefusedField(NO_LOGPROBS)
         rid = request.request_id
         self._running.add(rid)
         self.stats.prompt_tokens += len(prompt)

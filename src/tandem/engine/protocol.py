@@ -14,6 +14,8 @@ from typing import Protocol, runtime_checkable
 from tandem.engine.kv_store import KvStore
 from tandem.engine.request import EngineOutput, EngineRequest
 from tandem.engine.stats import EngineCounters
+from tandem.engine.structured import CompiledConstraint
+from tandem.engine.structured_spec import Constraint
 from tandem.engine.types import KVLayers, ModelShape
 
 
@@ -67,6 +69,21 @@ class Engine(PrefixLookup, Protocol):
 
     def abort(self, request_id: str) -> None:
         """Stop ``request_id``: its samples end with the finish reason ``abort``."""
+        ...
+
+    # -- structured outputs and logprobs ---------------------------------------------------
+
+    def compile_constraint(
+        self, constraint: Constraint, stop_token_ids: Sequence[int]
+    ) -> CompiledConstraint:
+        """The constraint compiled for ``EngineRequest.constraint``; blocking (call it off
+        the event loop). A constraint it cannot honour raises ``StructuredOutputError``,
+        whose ``code`` the servicer sends with INVALID_ARGUMENT."""
+        ...
+
+    @property
+    def returns_logprobs(self) -> bool:
+        """Whether requests may set ``SamplingConfig.logprobs`` (else they are refused)."""
         ...
 
     # -- PD handoff and stats -----------------------------------------------------------

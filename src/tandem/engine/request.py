@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from tandem.engine.logprobs import TokenLogprob
 from tandem.engine.sampling import SamplingConfig
 from tandem.engine.types import KVLayers, MediaInputs
+
+if TYPE_CHECKING:
+    from tandem.engine.structured import CompiledConstraint
+
+
+class RefusedField(ValueError):
+    """A request field an engine cannot honour as sent; ``code`` is its catalogued error.
+
+    The servicer answers INVALID_ARGUMENT with the message and sends ``code`` in the
+    trailing metadata (``tandem.errors.ERROR_CATALOGUE``), so the gateway can pass it on.
+    """
+
+    def __init__(self, message: str, code: str = "unsupported_parameter") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(slots=True)
@@ -15,7 +32,9 @@ class EngineRequest:
     ``imported_kv`` is the KV of ``prompt_ids[:imported_len]`` obtained from a
     prefill worker (decode leg); the engine then computes only the rest.
     ``export_transfer_id`` marks a prefill leg: its prompt KV is kept under that
-    id for a decode worker to pull.
+    id for a decode worker to pull. ``constraint`` is a structured-output grammar
+    already compiled for this engine (``Engine.compile_constraint``); each sample
+    follows it with a matcher of its own.
     """
 
     request_id: str
@@ -27,11 +46,17 @@ class EngineRequest:
     imported_kv: KVLayers | None = None
     export_transfer_id: str | None = None
     local_cached_tokens: int = 0  # prefix-cache hits found while assembling imported_kv
+    constraint: CompiledConstraint | None = None
 
 
 @dataclass(slots=True)
 class EngineOutput:
-    """A delta of one sample; the last one of each sample has ``finish_reason`` set."""
+    """A delta of one sample; the last one of each sample has ``finish_reason`` set.
+
+    With ``sampling.logprobs`` set, ``logprobs`` holds one entry per token of the delta
+    and the final delta's ``output_logprobs`` one per token of ``output_ids``; otherwise
+    both stay empty.
+    """
 
     index: int
     token_ids: list[int]
@@ -40,6 +65,8 @@ class EngineOutput:
     cached_tokens: int
     finish_reason: str | None = None
     output_ids: list[int] = field(default_factory=list)  # all tokens, on the final delta
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    output_logprobs: list[TokenLogprob] = field(default_factory=list)  # on the final delta
 
     @property
     def finished(self) -> bool:

@@ -1,5 +1,11 @@
 """Per-sequence token sampling: greedy, temperature, top-k, top-p, min-p, min_tokens.
 
+Order of one step: the model's logits (float32 copy) → the structured-output mask (when
+the request has a constraint) → logprobs, when asked (``engine/logprobs.py``) →
+logit_bias → repetition, frequency and presence penalties → min_tokens → greedy, or
+temperature then top-k / top-p / min-p and a draw. So every later stage sees the masked
+logits, and a masked token stays -inf whatever bias it gets.
+
 Filters run in a fixed order on a stably sorted copy of the logits (highest first, ties
 broken towards the lower token id), so every filter keeps a prefix of that order. That
 makes ``top_k=1`` and a tiny ``top_p`` pick exactly the greedy token, ties included.
@@ -8,10 +14,12 @@ makes ``top_k=1`` and a tiny ``top_p`` pick exactly the greedy token, ties inclu
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
+
+from tandem.engine.logprobs import MAX_TOP_LOGPROBS, TokenLogprob, raw_logprobs, token_logprob
 
 # Temperatures below this are treated as greedy: dividing by them would overflow.
 _GREEDY_EPS = 1e-5
@@ -41,6 +49,8 @@ class SamplingConfig:
     presence_penalty: float = 0.0
     # (token id, bias) added to the logits before anything else (OpenAI's logit_bias).
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # None: no logprobs (and no cost); k: the sampled token's logprob and k alternatives.
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_tokens) or self.max_tokens < 1:
@@ -80,6 +90,12 @@ class SamplingConfig:
                 raise ValueError(
                     f"logit_bias {tid}: {bias} needs an id >= 0 and -100 <= bias <= 100"
                 )
+        if self.logprobs is not None and (
+            not _is_int(self.logprobs) or not 0 <= self.logprobs <= MAX_TOP_LOGPROBS
+        ):
+            raise ValueError(
+                f"logprobs must be an integer in 0..{MAX_TOP_LOGPROBS}, got {self.logprobs!r}"
+            )
 
     @property
     def greedy(self) -> bool:
@@ -110,10 +126,23 @@ class Sampler:
         *,
         prompt_ids: Sequence[int] = (),
     ) -> int:
-        """Pick the next token from ``logits`` ([vocab]) given the tokens generated so far.
+        """Pick the next token from ``logits`` ([vocab]) given the tokens generated so far."""
+        return self.pick(logits, generated, eos_ids, prompt_ids=prompt_ids)[0]
 
-        ``prompt_ids`` only feed the repetition penalty (which, as in vLLM, covers the
-        prompt and the output); ``min_tokens`` counts ``generated`` alone.
+    def pick(
+        self,
+        logits: torch.Tensor,
+        generated: Sequence[int],
+        eos_ids: Iterable[int],
+        *,
+        prompt_ids: Sequence[int] = (),
+        constrain: Callable[[torch.Tensor], None] | None = None,
+    ) -> tuple[int, TokenLogprob | None]:
+        """The next token, and its logprob entry when the config asks for logprobs.
+
+        ``constrain`` masks a float32 score vector in place (a structured-output matcher's
+        ``apply_mask``). ``prompt_ids`` only feed the repetition penalty (which, as in vLLM,
+        covers the prompt and the output); ``min_tokens`` counts ``generated`` alone.
         """
         if logits.dim() != 1 or logits.numel() == 0:
             raise ValueError(f"logits must be a non-empty 1-D tensor, got {tuple(logits.shape)}")
@@ -125,6 +154,9 @@ class Sampler:
         if bool(pos_inf.any()):
             # Only +inf entries can win; make them equal finite scores so softmax works.
             scores = torch.where(pos_inf, 0.0, -math.inf)
+        if constrain is not None:
+            constrain(scores)
+        logprobs = raw_logprobs(scores) if cfg.logprobs is not None else None
         if cfg.logit_bias:
             ids = torch.tensor([t for t, _ in cfg.logit_bias], dtype=torch.long)
             if int(ids.max()) >= scores.numel():
@@ -147,10 +179,11 @@ class Sampler:
             _mask_unless_all(scores, banned)
         if not bool(torch.isfinite(scores).any()):
             raise ValueError("logits have no finite entry to sample from")
-        if cfg.greedy:
-            # torch.argmax returns the first maximal index: ties go to the lowest id.
-            return int(torch.argmax(scores))
-        return self._sample(scores)
+        # torch.argmax returns the first maximal index: ties go to the lowest id.
+        token = int(torch.argmax(scores)) if cfg.greedy else self._sample(scores)
+        if logprobs is None:
+            return token, None
+        return token, token_logprob(logprobs, token, cfg.logprobs or 0)
 
     def _sample(self, scores: torch.Tensor) -> int:
         cfg = self.config

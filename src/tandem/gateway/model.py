@@ -10,11 +10,12 @@ import io
 import logging
 import tempfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from tandem.gateway.logprobs import TokenStrings
 from tandem.models.chat import ChatTemplate
 from tandem.models.info import ModelInfo, load_model_info
 from tandem.models.processor import ImageProcessor, load_processor
@@ -29,6 +30,11 @@ class ModelHandle:
     tokenizer: Tokenizer
     template: ChatTemplate
     processor: ImageProcessor | None
+    # Token texts and bytes for logprobs, cached for the model's lifetime.
+    token_strings: TokenStrings = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.token_strings = TokenStrings(self.tokenizer)
 
     @classmethod
     def from_dir(cls, model_dir: Path, model_id: str) -> ModelHandle:

@@ -55,7 +55,10 @@ def sanitize_sampling_for_prefill(request: GenerateRequest, max_tokens: int = 1)
     """Make ``request`` a prefill leg: one sample of ``max_tokens`` that never stops early.
 
     The prefill worker's job is the prompt KV; stops and min_tokens could only
-    end it before the handoff is produced.
+    end it before the handoff is produced. Its sampled token is thrown away, so the
+    output constraint and logprobs stay on the decode leg alone (see
+    docs/pd-contract.md §20): the prefill worker compiles no grammar and computes no
+    logprobs for nothing.
     """
     params = request.sampling_params
     params.max_tokens = max_tokens
@@ -64,6 +67,9 @@ def sanitize_sampling_for_prefill(request: GenerateRequest, max_tokens: int = 1)
     del params.stop[:]
     del params.stop_token_ids[:]
     params.ignore_eos = True
+    params.ClearField("constraint")
+    params.ClearField("logprobs")
+    params.ClearField("prompt_logprobs")
 
 
 def prefill_leg_of(request: GenerateRequest, max_tokens: int = 1) -> GenerateRequest:

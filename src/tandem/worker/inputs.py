@@ -1,7 +1,7 @@
 """From a wire ``GenerateRequest`` to the engine's inputs, refusing what cannot be served.
 
 Every refusal is a ``ValueError`` with a message a person can act on; the
-servicer turns it into INVALID_ARGUMENT.
+servicer turns it into INVALID_ARGUMENT (with the error code of a ``RefusedField``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tandem.engine.block_keys import hash_salt
+from tandem.engine.logprobs import MAX_TOP_LOGPROBS
+from tandem.engine.request import RefusedField
 from tandem.engine.sampling import SamplingConfig
+from tandem.engine.structured_spec import Constraint, StructuredOutputError
 from tandem.engine.types import MediaInputs, MediaItem
 from tandem.media import media_hash
 from tandem.wire.proto import GenerateRequest, Modality, MultimodalInputs, pb
@@ -61,6 +64,12 @@ def sampling_config(
     bad = [t for t in params.stop_token_ids if t >= vocab_size]
     if bad:
         raise ValueError(f"stop_token_ids {bad} are outside the vocabulary of {vocab_size}")
+    if params.HasField("prompt_logprobs"):
+        raise RefusedField("prompt_logprobs is not supported by this worker")
+    logprobs = params.logprobs if params.HasField("logprobs") else None
+    if logprobs is not None and not 0 <= logprobs <= MAX_TOP_LOGPROBS:
+        # vLLM's -1 ("the whole vocabulary") included: a reply that size helps nobody.
+        raise ValueError(f"logprobs must be in 0..{MAX_TOP_LOGPROBS}, got {logprobs}")
     bad_bias = [t for t in params.logit_bias if not 0 <= t < vocab_size]
     if bad_bias:
         raise ValueError(f"logit_bias names token ids {bad_bias[:5]} outside the vocabulary")
@@ -89,7 +98,36 @@ def sampling_config(
         frequency_penalty=params.frequency_penalty,
         presence_penalty=params.presence_penalty,
         logit_bias=tuple(sorted(params.logit_bias.items())),
+        logprobs=logprobs,
     )
+
+
+def wire_constraint(params: pb.SamplingParams) -> Constraint | None:
+    """The ``constraint`` oneof as the engine takes it; None when unset.
+
+    ``grammar_from_first_token`` needs nothing here: this engine runs no reasoning parser,
+    so every constraint starts at the first generated token.
+    """
+    kind = params.WhichOneof("constraint")
+    if kind is None:
+        return None
+    if kind == "json_object":
+        if not params.json_object:
+            raise StructuredOutputError(
+                "json_object must be true when set; leave the constraint unset for free text"
+            )
+        return Constraint("json_object")
+    if kind == "choice":
+        return Constraint("choice", choices=tuple(params.choice.choices))
+    if kind == "json_schema":
+        return Constraint("json_schema", params.json_schema)
+    if kind == "regex":
+        return Constraint("regex", params.regex)
+    if kind == "grammar":
+        return Constraint("grammar", params.grammar)
+    if kind == "structural_tag":
+        return Constraint("structural_tag", params.structural_tag)
+    raise StructuredOutputError(f"constraint {kind!r} is not supported by this worker")
 
 
 def _image_batch(request: GenerateRequest) -> MultimodalInputs | None:

@@ -4,6 +4,12 @@ Error mapping: a request the worker cannot serve as sent (bad shape, bad
 tensors, refused media, a pixel-less leg without KV) is INVALID_ARGUMENT with
 a readable message; a transient media or KV-pull failure is UNAVAILABLE; a bug
 is INTERNAL. None of them stops the worker.
+
+Structured outputs: the constraint is compiled while planning (`worker/output_plan.py`), so a
+bad schema, regex or grammar is INVALID_ARGUMENT with ``invalid_structured_output`` before
+any KV is imported, and a decode leg's KV lease is released like any other refusal.
+Logprobs, when asked: each streamed chunk carries its tokens' entries and the Complete
+none; a non-streamed Complete carries every token's entry.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 import grpc
 
 from tandem.engine.protocol import Engine
-from tandem.engine.request import EngineOutput, EngineRequest
+from tandem.engine.request import EngineOutput, EngineRequest, RefusedField
 from tandem.engine.types import MediaInputs
 from tandem.errors import WORKER_ERROR_CODE_KEY
 from tandem.media import MediaError
@@ -30,7 +36,9 @@ from tandem.worker import handoff, info
 from tandem.worker.config import WorkerConfig
 from tandem.worker.inputs import LMO_REASON, prompt_ids, sampling_config, wire_media
 from tandem.worker.kv_channel import KvChannelClient
+from tandem.worker.logprob_wire import output_logprobs
 from tandem.worker.media_refs import MediaRefsProcessor, build_media_identity
+from tandem.worker.output_plan import plan_outputs
 
 log = logging.getLogger("tandem.worker")
 
@@ -99,7 +107,9 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
             async for response in self._run(request, plan):
                 yield response
         except ValueError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            code = exc.code if isinstance(exc, RefusedField) else ""
+            metadata = ((WORKER_ERROR_CODE_KEY, code),) if code else ()
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc), metadata)
         except Exception as exc:
             log.exception("request %s failed", rid)
             await context.abort(grpc.StatusCode.INTERNAL, f"engine failure: {exc}")
@@ -117,7 +127,7 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
                 await handoff.release_quietly(self.kv_client, remote)
             retry = isinstance(exc, MediaError) and exc.retryable
             status = grpc.StatusCode.UNAVAILABLE if retry else grpc.StatusCode.INVALID_ARGUMENT
-            code = exc.code if isinstance(exc, MediaError) else ""
+            code = exc.code if isinstance(exc, MediaError | RefusedField) else ""
             raise RequestRefused(status, str(exc), code) from None
         except KvImportError as exc:
             if remote is not None:
@@ -146,6 +156,8 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
         remote: handoff.RemoteKv | None,
     ) -> _Plan:
         ids = prompt_ids(request)
+        # Before any media work: a bad constraint is refused at once, for nothing fetched.
+        compiled = await plan_outputs(self.engine, request.sampling_params, self.config.engine)
         identity = None
         media: MediaInputs | None
         if has_media_refs(request):
@@ -168,6 +180,7 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
             media=media,
             n=sampling_n(request),
             cache_salt=salt,
+            constraint=compiled,
         )
         export_json = None
         if remote is not None:
@@ -225,11 +238,18 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
         return processed.media, processed.prompt_ids, None, identity
 
     async def _run(self, request: pb.GenerateRequest, plan: _Plan) -> AsyncIterator:
+        top = plan.engine_request.sampling.logprobs or 0
         async for out in self.engine.generate(plan.engine_request):
             if request.stream and out.token_ids:
-                yield pb.GenerateResponse(chunk=_chunk(out))
+                yield pb.GenerateResponse(chunk=_chunk(out, top))
             if out.finished:
-                yield pb.GenerateResponse(complete=self._complete(out, plan))
+                complete = self._complete(out, plan)
+                if not request.stream:
+                    # Streamed, every entry went out with its chunk already.
+                    wire = output_logprobs(out.output_logprobs, top)
+                    if wire is not None:
+                        complete.output_logprobs.CopyFrom(wire)
+                yield pb.GenerateResponse(complete=complete)
 
     def _complete(self, out: EngineOutput, plan: _Plan) -> pb.GenerateComplete:
         complete = pb.GenerateComplete(
@@ -286,11 +306,12 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
         }
 
 
-def _chunk(out: EngineOutput) -> pb.GenerateStreamChunk:
+def _chunk(out: EngineOutput, top: int) -> pb.GenerateStreamChunk:
     return pb.GenerateStreamChunk(
         token_ids=out.token_ids,
         prompt_tokens=out.prompt_tokens,
         completion_tokens=out.completion_tokens,
         cached_tokens=out.cached_tokens,
+        output_logprobs=output_logprobs(out.logprobs, top),
         index=out.index,
     )

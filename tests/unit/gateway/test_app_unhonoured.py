@@ -22,16 +22,20 @@ MESSAGES = [{"role": "user", "content": "Describe it as JSON."}]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 
 REFUSED_CHAT: list[tuple[str, Any]] = [
-    ("response_format", {"type": "json_object"}),
-    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
     ("tools", [TOOL]),
     ("tool_choice", "required"),
     ("prompt_logprobs", 1),
-    ("structured_outputs", {"regex": "[a-z]+"}),
-    ("guided_json", {"type": "object"}),
-    ("guided_choice", ["yes", "no"]),
+    ("guided_decoding_backend", "outlines"),
+    ("guided_whitespace_pattern", r"\s*"),
     ("reasoning_effort", "high"),
     ("store", True),
+    ("include_stop_str_in_output", True),
+    ("allowed_token_ids", [1, 2]),
+    ("use_beam_search", True),
+    ("spaces_between_special_tokens", False),
+    ("add_generation_prompt", False),
+    ("chat_template_kwargs", {"enable_thinking": True}),
+    ("echo", True),
 ]
 
 
@@ -74,7 +78,9 @@ async def test_do_nothing_values_are_accepted(qwen_dir: Path) -> None:
     assert answer.choices[0].message.content and dispatcher.arrived == 1
 
 
-@pytest.mark.parametrize("field,value", [("prompt_logprobs", 2), ("guided_regex", "a+")])
+@pytest.mark.parametrize(
+    "field,value", [("prompt_logprobs", 2), ("guided_decoding_backend", "xgrammar")]
+)
 def test_completions_refuse_them_too(field: str, value: Any) -> None:
     body = {"model": "m", "prompt": "hi", field: value}
     with pytest.raises(TandemError) as info:

@@ -21,6 +21,7 @@ from tandem.wire.requests import (
     has_media_refs,
     has_mm_inputs,
     has_mrope_grids,
+    prefill_leg_of,
     sampling_n,
     sanitize_sampling_for_prefill,
 )
@@ -198,6 +199,26 @@ def test_case14_sanitize_sampling_for_prefill() -> None:
     sanitize_sampling_for_prefill(req)
     assert (params.max_tokens, params.min_tokens, params.n) == (1, 0, 1)
     assert not params.stop and not params.stop_token_ids and params.ignore_eos
+
+
+@pytest.mark.parametrize("field", ["json_schema", "regex", "grammar", "json_object", "choice"])
+def test_prefill_leg_carries_no_constraint_nor_logprobs(field: str) -> None:
+    # docs/pd-contract.md §20: the prefill leg's token is thrown away; the decode leg keeps both.
+    req = GenerateRequest(request_id="r")
+    params = req.sampling_params
+    if field == "choice":
+        params.choice.choices.extend(["a", "b"])
+    elif field == "json_object":
+        params.json_object = True
+    else:
+        setattr(params, field, "x")
+    params.logprobs, params.prompt_logprobs = 3, 1
+    leg = prefill_leg_of(req)
+    assert leg.sampling_params.WhichOneof("constraint") is None
+    assert not leg.sampling_params.HasField("logprobs")
+    assert not leg.sampling_params.HasField("prompt_logprobs")
+    # The client's request (and so the decode leg built from it) keeps them.
+    assert params.WhichOneof("constraint") == field and params.logprobs == 3
 
 
 def test_case15_sampling_n() -> None:

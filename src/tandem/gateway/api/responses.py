@@ -68,6 +68,7 @@ class ChoiceOutput:
     index: int
     text: str
     finish_reason: str | None
+    logprobs: dict[str, Any] | None = None  # already in the route's shape
 
 
 def chat_completion(
@@ -82,7 +83,7 @@ def chat_completion(
             {
                 "index": c.index,
                 "message": {"role": "assistant", "content": c.text},
-                "logprobs": None,
+                "logprobs": c.logprobs,
                 "finish_reason": c.finish_reason,
             }
             for c in choices
@@ -100,7 +101,12 @@ def text_completion(
         "created": created,
         "model": model,
         "choices": [
-            {"index": c.index, "text": c.text, "logprobs": None, "finish_reason": c.finish_reason}
+            {
+                "index": c.index,
+                "text": c.text,
+                "logprobs": c.logprobs,
+                "finish_reason": c.finish_reason,
+            }
             for c in choices
         ],
         "usage": usage.to_dict(),
@@ -150,17 +156,24 @@ class ChatChunkBuilder(_ChunkBuilder):
     _object = CHAT_CHUNK_OBJECT
 
     def _choice(
-        self, index: int, delta: dict[str, Any], finish_reason: str | None
+        self,
+        index: int,
+        delta: dict[str, Any],
+        finish_reason: str | None,
+        logprobs: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         return self._chunk(
-            [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]
+            [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}]
         )
 
     def start(self, index: int) -> dict[str, Any]:
         return self._choice(index, {"role": "assistant", "content": ""}, None)
 
-    def delta(self, index: int, text: str) -> dict[str, Any]:
-        return self._choice(index, {"content": text}, None)
+    def delta(
+        self, index: int, text: str, logprobs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A piece of text; ``logprobs`` (``{"content": [...]}``) of the tokens behind it."""
+        return self._choice(index, {"content": text}, None, logprobs)
 
     def finish(self, index: int, finish_reason: str) -> dict[str, Any]:
         return self._choice(index, {}, finish_reason)
@@ -171,13 +184,21 @@ class TextChunkBuilder(_ChunkBuilder):
 
     _object = TEXT_OBJECT
 
-    def _choice(self, index: int, text: str, finish_reason: str | None) -> dict[str, Any]:
+    def _choice(
+        self,
+        index: int,
+        text: str,
+        finish_reason: str | None,
+        logprobs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         return self._chunk(
-            [{"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}]
+            [{"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish_reason}]
         )
 
-    def delta(self, index: int, text: str) -> dict[str, Any]:
-        return self._choice(index, text, None)
+    def delta(
+        self, index: int, text: str, logprobs: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        return self._choice(index, text, None, logprobs)
 
     def finish(self, index: int, finish_reason: str) -> dict[str, Any]:
         return self._choice(index, "", finish_reason)

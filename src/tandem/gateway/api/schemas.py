@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationError,
     field_validator,
@@ -30,6 +31,7 @@ from tandem.gateway.api.schemas_chat import (
     UNSUPPORTED_PART,
     ChatMessage,
 )
+from tandem.gateway.api.structured import Constraint, request_constraint
 from tandem.gateway.api.unhonoured import refuse_unhonoured
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -48,6 +50,9 @@ MAX_STOP_TOKEN_IDS = 64
 MAX_LOGIT_BIAS = 1024
 # OpenAI's (and vLLM's) default for the legacy completions endpoint.
 DEFAULT_COMPLETION_MAX_TOKENS = 16
+# Top alternatives per token: OpenAI's limits, chat and legacy completions.
+MAX_TOP_LOGPROBS = 20
+MAX_COMPLETION_LOGPROBS = 5
 
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 TokenCount = Annotated[int, Field(ge=1, le=UINT32_MAX)]
@@ -74,6 +79,9 @@ class SamplingSummary:
     repetition_penalty: float
     skip_special_tokens: bool
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # Top alternatives per output token when logprobs are asked for (0: the token's own only).
+    logprobs: int | None = None
+    constraint: Constraint | None = None
 
     @property
     def greedy(self) -> bool:
@@ -113,6 +121,37 @@ class _GenerationParams(BaseModel):
     logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] = Field(
         default_factory=dict, max_length=MAX_LOGIT_BIAS
     )
+
+    # Output constraints in their several spellings (api/structured.py reads them).
+    response_format: Any = None
+    structured_outputs: Any = None
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    _constraint: Constraint | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _one_constraint(self) -> _GenerationParams:
+        self._constraint = request_constraint(
+            {
+                "response_format": self.response_format,
+                "structured_outputs": self.structured_outputs,
+                "guided_json": self.guided_json,
+                "guided_regex": self.guided_regex,
+                "guided_choice": self.guided_choice,
+                "guided_grammar": self.guided_grammar,
+            }
+        )
+        return self
+
+    @property
+    def constraint(self) -> Constraint | None:
+        return self._constraint
+
+    def wire_logprobs(self) -> int | None:
+        """Top alternatives per token for the wire's ``logprobs``; None: not asked for."""
+        return None
 
     @field_validator("logit_bias")
     @classmethod
@@ -179,6 +218,8 @@ class _GenerationParams(BaseModel):
             repetition_penalty=self.repetition_penalty,
             skip_special_tokens=self.skip_special_tokens,
             logit_bias=tuple(sorted((int(k), v) for k, v in self.logit_bias.items())),
+            logprobs=self.wire_logprobs(),
+            constraint=self.constraint,
         )
 
 
@@ -190,7 +231,7 @@ class ChatCompletionRequest(_GenerationParams):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: TokenCount | None = None
     logprobs: bool = False
-    top_logprobs: int = Field(0, ge=0, le=20)
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
 
     @model_validator(mode="before")
     @classmethod
@@ -198,17 +239,20 @@ class ChatCompletionRequest(_GenerationParams):
         refuse_unhonoured(data, chat=True)
         return data
 
-    @field_validator("logprobs", "top_logprobs")
-    @classmethod
-    def _no_logprobs(cls, value: bool | int) -> bool | int:
-        if value:
-            raise _unsupported("logprobs")
-        return value
-
     @model_validator(mode="after")
     def _cross_checks(self) -> ChatCompletionRequest:
         self._check_min_tokens()
+        if self.top_logprobs and not self.logprobs:
+            # As OpenAI and vLLM: alternatives without the logprobs they belong to are a mistake.
+            raise make_error(
+                "invalid_request",
+                "top_logprobs needs logprobs set to true",
+                param="top_logprobs",
+            )
         return self
+
+    def wire_logprobs(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     def output_limit(self) -> int | None:
         # max_completion_tokens replaced max_tokens in the OpenAI API; it wins when both come.
@@ -249,7 +293,7 @@ class CompletionRequest(_GenerationParams):
 
     echo: bool = False
     suffix: str | None = None
-    logprobs: int | None = None
+    logprobs: int | None = Field(None, ge=0, le=MAX_COMPLETION_LOGPROBS)
     best_of: int | None = Field(None, ge=1)
 
     @field_validator("prompt", mode="before")
@@ -277,11 +321,6 @@ class CompletionRequest(_GenerationParams):
     def _no_suffix(cls, value: str) -> str:
         raise _unsupported("suffixes")
 
-    @field_validator("logprobs")
-    @classmethod
-    def _no_logprobs(cls, value: int) -> int:
-        raise _unsupported("logprobs")
-
     @model_validator(mode="after")
     def _cross_checks(self) -> CompletionRequest:
         if self.best_of is not None and self.best_of != self.n:
@@ -291,6 +330,9 @@ class CompletionRequest(_GenerationParams):
 
     def output_limit(self) -> int:
         return self.max_tokens or DEFAULT_COMPLETION_MAX_TOKENS
+
+    def wire_logprobs(self) -> int | None:
+        return self.logprobs
 
 
 def error_param(loc: tuple[int | str, ...]) -> str | None:

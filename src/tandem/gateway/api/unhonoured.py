@@ -19,10 +19,6 @@ def _empty(value: Any) -> bool:
     return value is None or value == [] or value == {} or value is False
 
 
-def _text_format(value: Any) -> bool:
-    return _empty(value) or (isinstance(value, Mapping) and value.get("type") == "text")
-
-
 def _no_tool_choice(value: Any) -> bool:
     return value is None or value == "none"
 
@@ -31,17 +27,36 @@ def _text_modalities(value: Any) -> bool:
     return value is None or value == ["text"]
 
 
+def _default_true(value: Any) -> bool:
+    return value is None or value is True
+
+
+def _one(value: Any) -> bool:
+    return value is None or value == 1 or value == 1.0
+
+
 # field -> (accepted when, what to tell the client); shared by both routes unless listed
 # under one of them.
 _Rule = tuple[Callable[[Any], bool], str]
 _COMMON: dict[str, _Rule] = {
-    "response_format": (_text_format, "structured outputs (response_format) are not supported yet"),
-    "structured_outputs": (_empty, "structured outputs are not supported yet"),
-    "guided_json": (_empty, "guided decoding is not supported yet"),
-    "guided_regex": (_empty, "guided decoding is not supported yet"),
-    "guided_choice": (_empty, "guided decoding is not supported yet"),
-    "guided_grammar": (_empty, "guided decoding is not supported yet"),
+    # Structured outputs are honoured (api/structured.py); these options of vLLM's older
+    # guided decoding would change how, and are not.
+    "guided_decoding_backend": (_empty, "choosing the guided decoding backend is not supported"),
+    "guided_whitespace_pattern": (_empty, "a guided whitespace pattern is not supported"),
     "prompt_logprobs": (_empty, "prompt logprobs are not supported yet"),
+    # vLLM's sampling and output extensions that Tandem does not implement.
+    "include_stop_str_in_output": (
+        _empty,
+        "keeping the stop string in the output is not supported",
+    ),
+    "allowed_token_ids": (_empty, "restricting the allowed token ids is not supported"),
+    "bad_words": (_empty, "bad_words is not supported"),
+    "use_beam_search": (_empty, "beam search is not supported"),
+    "length_penalty": (_one, "length_penalty (beam search) is not supported"),
+    "truncate_prompt_tokens": (_empty, "prompt truncation is not supported"),
+    "spaces_between_special_tokens": (_default_true, "only the default (true) is supported"),
+    "return_tokens_as_token_ids": (_empty, "tokens as token ids are not supported"),
+    "mm_processor_kwargs": (_empty, "per-request image processor options are not supported"),
 }
 _CHAT: dict[str, _Rule] = {
     "tools": (_empty, "tool calling is not supported yet"),
@@ -54,6 +69,13 @@ _CHAT: dict[str, _Rule] = {
     "prediction": (_empty, "predicted outputs are not supported"),
     "web_search_options": (_empty, "web search is not supported"),
     "store": (_empty, "storing chat completions is not supported"),
+    # vLLM's chat template controls: the gateway renders the model's own template as is.
+    "echo": (_empty, "echoing the prompt is not supported on chat completions"),
+    "add_generation_prompt": (_default_true, "the generation prompt is always added"),
+    "continue_final_message": (_empty, "continuing the final message is not supported"),
+    "chat_template": (_empty, "a per-request chat template is not supported"),
+    "chat_template_kwargs": (_empty, "chat template arguments are not supported yet"),
+    "documents": (_empty, "documents for the chat template are not supported"),
 }
 
 

@@ -2,13 +2,15 @@
 
 Each choice has its own incremental detokenizer and stop-string matcher. When
 every choice has finished (stop string, eos or length) the worker stream is
-closed, which aborts whatever the worker was still generating.
+closed, which aborts whatever the worker was still generating. Logprobs, when asked
+for, are read from the frames that carry the tokens: a streaming worker's chunks, or
+a non-streaming worker's Complete (docs/pd-contract.md §20).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,13 @@ from tandem.gateway.api.responses import (
 from tandem.gateway.context import RequestContext
 from tandem.gateway.detokenize import IncrementalDetokenizer
 from tandem.gateway.dispatch.streams import OpenedStream
+from tandem.gateway.logprobs import (
+    CompletionLogprobs,
+    LogprobEntry,
+    chat_content,
+    chat_logprobs,
+    entries_from_wire,
+)
 from tandem.gateway.stops import StopMatcher
 from tandem.wire.proto import pb
 
@@ -38,6 +47,7 @@ class Choice:
     text: list[str] = field(default_factory=list)
     tokens: int = 0
     finish_reason: str | None = None
+    logprobs: list[LogprobEntry] = field(default_factory=list)
 
     def feed(self, token_ids: list[int]) -> str:
         """New text of this choice (held back while it may be a stop string's start)."""
@@ -60,6 +70,16 @@ class Choice:
         return text
 
 
+@dataclass(slots=True)
+class Event:
+    """What one frame added to one choice."""
+
+    index: int
+    text: str
+    finished: str | None  # the finish reason, on the frame that finished the choice
+    logprobs: list[LogprobEntry]
+
+
 class Collector:
     """Folds frames into choices and usage; shared by the JSON and SSE answers."""
 
@@ -72,33 +92,47 @@ class Collector:
             for i in range(ctx.n)
         ]
         self.streamed_by_worker = bool(ctx.wire and ctx.wire.stream)
+        self.wants_logprobs = ctx.sampling.logprobs is not None
         self.prompt_tokens = len(ctx.wire.tokenized.input_ids) if ctx.wire else 0
         self.cached_tokens = 0
         self.first_token_at: float | None = None
 
-    def apply(self, frame: pb.GenerateResponse) -> list[tuple[int, str, str | None]]:
-        """Fold one frame; returns (index, new text, finish reason if it just finished)."""
-        events = []
+    def apply(self, frame: pb.GenerateResponse) -> Event:
+        """Fold one frame into its choice."""
         if frame.HasField("chunk"):
             chunk = frame.chunk
             choice = self._choice(chunk.index)
             self._mark_first_token(chunk.token_ids)
             was = choice.finish_reason
+            entries = self._logprobs(choice, chunk, "output_logprobs")
             text = choice.feed(list(chunk.token_ids))
-            events.append((choice.index, text, choice.finish_reason if was is None else None))
         else:
             done = frame.complete
             choice = self._choice(done.index)
             self.prompt_tokens = done.prompt_tokens or self.prompt_tokens
             self.cached_tokens = max(self.cached_tokens, done.cached_tokens)
             was = choice.finish_reason
-            text = ""
+            text, entries = "", []
             if not self.streamed_by_worker:
+                # A stream's Complete repeats (vLLM) or omits its last delta: chunks only.
                 self._mark_first_token(done.output_ids)
+                entries = self._logprobs(choice, done, "output_logprobs")
                 text = choice.feed(list(done.output_ids))
             text += choice.finish(done.finish_reason)
-            events.append((choice.index, text, choice.finish_reason if was is None else None))
-        return events
+        finished = choice.finish_reason if was is None else None
+        return Event(choice.index, text, finished, entries)
+
+    def _logprobs(
+        self, choice: Choice, frame: pb.GenerateStreamChunk | pb.GenerateComplete, name: str
+    ) -> list[LogprobEntry]:
+        """The frame's entries, kept on the choice; none once the choice has finished."""
+        if not self.wants_logprobs or choice.finish_reason is not None:
+            return []
+        if not frame.HasField(name):
+            return []
+        entries = entries_from_wire(getattr(frame, name))
+        choice.logprobs.extend(entries)
+        return entries
 
     @property
     def done(self) -> bool:
@@ -135,7 +169,8 @@ async def collect(ctx: RequestContext, opened: OpenedStream) -> dict[str, Any]:
         await opened.frames.aclose()
         opened.close(ok)
     choices = [
-        ChoiceOutput(c.index, "".join(c.text), c.finish_reason or "stop") for c in collector.choices
+        ChoiceOutput(c.index, "".join(c.text), c.finish_reason or "stop", _rendered(ctx, c))
+        for c in collector.choices
     ]
     model_name = ctx.body.model
     if ctx.route == "chat":
@@ -145,23 +180,35 @@ async def collect(ctx: RequestContext, opened: OpenedStream) -> dict[str, Any]:
     return text_completion(new_response_id("cmpl"), model_name, now(), choices, collector.usage())
 
 
+def _rendered(ctx: RequestContext, choice: Choice) -> dict[str, Any] | None:
+    """A finished choice's logprobs in the route's shape; None when not asked for."""
+    alternatives = ctx.sampling.logprobs
+    if alternatives is None:
+        return None
+    strings = ctx.model.token_strings
+    if ctx.route == "chat":
+        return chat_logprobs(choice.logprobs, strings)
+    return CompletionLogprobs(strings, alternatives).render(choice.logprobs)
+
+
 async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncIterator[dict[str, Any]]:
     collector = Collector(ctx)
     chat = ctx.route == "chat"
     prefix = "chatcmpl" if chat else "cmpl"
     builder_cls = ChatChunkBuilder if chat else TextChunkBuilder
     builder = builder_cls(new_response_id(prefix), ctx.body.model, now(), ctx.body.include_usage)
+    render = _delta_renderer(ctx)
     ok = False
     try:
         if isinstance(builder, ChatChunkBuilder):  # chat streams open with the role
             for choice in collector.choices:
                 yield builder.start(choice.index)
         async for frame in opened.frames:
-            for index, text, finished in collector.apply(frame):
-                if text:
-                    yield builder.delta(index, text)
-                if finished:
-                    yield builder.finish(index, finished)
+            event = collector.apply(frame)
+            if event.text or event.logprobs:
+                yield builder.delta(event.index, event.text, render(event))
+            if event.finished:
+                yield builder.finish(event.index, event.finished)
             if collector.done:
                 break
         ok = True
@@ -171,3 +218,16 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
         opened.close(ok)
     if ctx.body.include_usage:
         yield builder.usage(collector.usage())
+
+
+def _delta_renderer(ctx: RequestContext) -> Callable[[Event], dict[str, Any] | None]:
+    """Renders a streamed delta's logprobs (None when not asked for) in the route's shape."""
+    alternatives = ctx.sampling.logprobs
+    if alternatives is None:
+        return lambda event: None
+    strings = ctx.model.token_strings
+    if ctx.route == "chat":
+        return lambda event: {"content": chat_content(event.logprobs, strings)}
+    # Each choice's text offsets continue from its previous chunk.
+    renderers = [CompletionLogprobs(strings, alternatives) for _ in range(ctx.n)]
+    return lambda event: renderers[event.index].render(event.logprobs)

@@ -134,6 +134,7 @@ class Pipeline:
                 return await self._streaming(inbound, ctx, record, held)
             answer = await inbound.until_disconnect(self._answer(ctx, held))
         except TandemError as err:
+            _name_constraint(err, ctx)
             self._finish(record, ctx, err.status, err.code)
             return Failed(err, record.request_id)
         except ClientGone:
@@ -243,3 +244,11 @@ class Pipeline:
     def _timed_out(self, what: str) -> TandemError:
         limit = self.config.request_timeout_s
         return make_error("request_timeout", f"{what} within --request-timeout-secs={limit}")
+
+
+def _name_constraint(err: TandemError, ctx: RequestContext | None) -> None:
+    """A worker's refusal of the constraint names the field it came from, as ours do."""
+    if err.code == "invalid_structured_output" and err.param is None and ctx is not None:
+        constraint = ctx.sampling.constraint
+        if constraint is not None:
+            err.param = constraint.param

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from tandem.errors import make_error
+from tandem.gateway.api.structured import Constraint
 from tandem.gateway.context import RequestContext
-from tandem.wire.proto import GenerateRequest
+from tandem.wire.proto import GenerateRequest, pb
 
 
 def build_wire_request(ctx: RequestContext) -> GenerateRequest:
@@ -46,5 +47,22 @@ def build_wire_request(ctx: RequestContext) -> GenerateRequest:
         )
     for token, bias in s.logit_bias:
         params.logit_bias[token] = bias
+    if s.logprobs is not None:
+        params.logprobs = s.logprobs
+    if s.constraint is not None:
+        set_constraint(params, s.constraint)
     ctx.wire = req
     return req
+
+
+def set_constraint(params: pb.SamplingParams, constraint: Constraint) -> None:
+    """The constraint as the wire's ``SamplingParams`` oneof (docs/pd-contract.md §20)."""
+    value = constraint.value
+    if constraint.kind == "json_object":
+        params.json_object = True
+    elif constraint.kind == "choice":
+        assert isinstance(value, tuple)
+        params.choice.choices.extend(value)
+    else:
+        assert isinstance(value, str)
+        setattr(params, constraint.kind, value)

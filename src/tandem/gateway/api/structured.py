@@ -1,0 +1,188 @@
+"""Structured outputs: OpenAI's ``response_format`` and vLLM's extensions as one constraint.
+
+A request may constrain its output in several spellings: OpenAI's ``response_format``
+(``json_object``, ``json_schema``), vLLM's ``structured_outputs`` object (``json``, ``regex``,
+``choice``, ``grammar``, ``json_object``) and vLLM's older top-level ``guided_json``,
+``guided_regex``, ``guided_choice`` and ``guided_grammar``. Each becomes one
+:class:`Constraint`, which travels on the wire as the ``SamplingParams`` constraint oneof
+(docs/pd-contract.md §20). At most one may be given. What the gateway can check without the
+model's vocabulary it checks here, before anything is sent: a JSON schema against the JSON
+Schema meta-schema, a regex with Python's ``re``, a choice list's shape. A grammar (and a
+schema feature the worker's grammar engine lacks) is checked by the worker, whose refusal
+comes back as ``invalid_structured_output`` with the same ``param``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import jsonschema_rs
+
+from tandem.errors import TandemError, make_error
+
+ConstraintKind = Literal["json_schema", "regex", "grammar", "json_object", "choice"]
+
+# structured_outputs keys that carry the constraint itself, and what they become.
+_STRUCTURED_KINDS: dict[str, ConstraintKind] = {
+    "json": "json_schema",
+    "regex": "regex",
+    "choice": "choice",
+    "grammar": "grammar",
+    "json_object": "json_object",
+}
+_GUIDED_KINDS: dict[str, ConstraintKind] = {
+    "guided_json": "json_schema",
+    "guided_regex": "regex",
+    "guided_choice": "choice",
+    "guided_grammar": "grammar",
+}
+# Fields of the request that can carry a constraint (for the request models to declare).
+CONSTRAINT_FIELDS = ("response_format", "structured_outputs", *_GUIDED_KINDS)
+MAX_CHOICES = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """One output constraint; ``param`` names the request field it came from."""
+
+    kind: ConstraintKind
+    # JSON schema text, regex or grammar; the choices; None for json_object.
+    value: str | tuple[str, ...] | None
+    param: str
+
+
+def _invalid(message: str, param: str) -> TandemError:
+    return make_error("invalid_structured_output", message, param=param)
+
+
+def _bad_shape(message: str, param: str) -> TandemError:
+    return make_error("invalid_request", message, param=param)
+
+
+def _unsupported(message: str, param: str) -> TandemError:
+    return make_error("unsupported_parameter", message, param=param)
+
+
+def _given(value: Any) -> bool:
+    return value is not None and value is not False
+
+
+def request_constraint(fields: Mapping[str, Any]) -> Constraint | None:
+    """The one constraint among ``fields`` (the request's constraint fields), or None.
+
+    Raises 400: two constraints; a malformed one (``invalid_request``); a JSON schema or
+    regex that cannot constrain anything (``invalid_structured_output``); an option Tandem
+    cannot honour (``unsupported_parameter``).
+    """
+    found: list[Constraint] = []
+    if (fmt := fields.get("response_format")) is not None:
+        found.extend(_from_response_format(fmt))
+    if (structured := fields.get("structured_outputs")) is not None:
+        found.extend(_from_structured_outputs(structured))
+    for name, kind in _GUIDED_KINDS.items():
+        if _given(value := fields.get(name)):
+            found.append(_build(kind, value, name))
+    if len(found) > 1:
+        first, second = found[0].param, found[1].param
+        raise _bad_shape(
+            f"only one output constraint may be given, got '{first}' and '{second}'", second
+        )
+    return found[0] if found else None
+
+
+def _from_response_format(fmt: Any) -> list[Constraint]:
+    param = "response_format"
+    if not isinstance(fmt, Mapping):
+        raise _bad_shape("response_format must be an object with a 'type'", param)
+    kind = fmt.get("type")
+    if kind == "text":
+        return []
+    if kind == "json_object":
+        return [Constraint("json_object", None, param)]
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, Mapping):
+            raise _bad_shape(
+                "response_format.json_schema must be an object with a 'schema'",
+                "response_format.json_schema",
+            )
+        if "schema" not in spec or spec["schema"] is None:
+            raise _bad_shape(
+                "response_format.json_schema.schema is required",
+                "response_format.json_schema.schema",
+            )
+        return [_build("json_schema", spec["schema"], "response_format.json_schema.schema")]
+    if kind == "structural_tag":
+        raise _unsupported(
+            "response_format type 'structural_tag' is not supported yet: remove it", param
+        )
+    raise _bad_shape(
+        f"response_format.type must be 'text', 'json_object' or 'json_schema', got {kind!r}",
+        "response_format.type",
+    )
+
+
+def _from_structured_outputs(structured: Any) -> list[Constraint]:
+    if not isinstance(structured, Mapping):
+        raise _bad_shape("structured_outputs must be an object", "structured_outputs")
+    found = []
+    for key, value in structured.items():
+        param = f"structured_outputs.{key}"
+        if key in _STRUCTURED_KINDS:
+            if _given(value):
+                found.append(_build(_STRUCTURED_KINDS[key], value, param))
+        elif _given(value) and value not in ("", [], {}):
+            # backend, whitespace options, structural_tag…: each would change the answer.
+            raise _unsupported(f"structured_outputs option '{key}' is not supported", param)
+    return found
+
+
+def _build(kind: ConstraintKind, value: Any, param: str) -> Constraint:
+    if kind == "json_schema":
+        return Constraint(kind, _schema_text(value, param), param)
+    if kind == "json_object":
+        if value is not True:
+            raise _bad_shape(f"{param} must be true or false", param)
+        return Constraint(kind, None, param)
+    if kind == "choice":
+        return Constraint(kind, _choices(value, param), param)
+    if not isinstance(value, str) or not value:
+        raise _bad_shape(f"{param} must be a non-empty string", param)
+    if kind == "regex":
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise _invalid(f"{param} is not a valid regular expression: {exc}", param) from None
+    return Constraint(kind, value, param)
+
+
+def _schema_text(value: Any, param: str) -> str:
+    """The schema as compact JSON text, after checking it is a JSON Schema at all."""
+    schema = value
+    if isinstance(value, str):  # guided_json (and structured_outputs.json) may be JSON text
+        try:
+            schema = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise _invalid(f"{param} is not valid JSON: {exc}", param) from None
+    if not isinstance(schema, dict | bool):
+        raise _bad_shape(f"{param} must be a JSON schema object", param)
+    try:
+        jsonschema_rs.validator_for(schema)
+    except (jsonschema_rs.ValidationError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise _invalid(f"{param} is not a valid JSON schema: {first}", param) from None
+    return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+
+
+def _choices(value: Any, param: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise _bad_shape(f"{param} must be a non-empty list of strings", param)
+    if len(value) > MAX_CHOICES:
+        raise _bad_shape(f"{param} takes at most {MAX_CHOICES} choices", param)
+    if not all(isinstance(c, str) and c for c in value):
+        raise _bad_shape(f"{param} must hold non-empty strings only", param)
+    return tuple(value)
