@@ -6,6 +6,10 @@ language-model-only vLLM decode worker, and Tandem's own embedded worker. Everyt
 through Tandem's gateway with the official ``openai`` client, except the greedy agreement
 figure, which compares token ids over gRPC. The tests run in stage order (aggregated, then
 PD, then language-model-only), see ``vllm_stages``.
+
+Structured outputs and logprobs (``constrained``) are compared in stage 1, against the
+aggregated worker already running, and once more through the PD pair in stage 2: no extra
+vLLM engine starts for them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,19 @@ import openai
 import pytest
 from tests.integration.wire_helpers import chat_prompt_ids, generate, image_data_url, request
 
+from tandem.wire.proto import GenerateComplete, GenerateRequest
+
+from .constrained import (
+    CONSTRAINTS,
+    MAX_TOKENS,
+    NO_WHITESPACE,
+    TOLERANCE,
+    Answer,
+    Case,
+    logprob_gap,
+    structured_cases,
+    wire_constraint,
+)
 from .vllm_stages import Engines, messages
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -49,6 +66,17 @@ def reference(engines: Engines) -> dict[int, str]:
     client = engines.client("agg")
     print(f"\n{engines.model}: aggregated vLLM ready in {time.monotonic() - started:.0f}s")
     return {i: ask(client, engines.model, *case) for i, case in enumerate(CASES)}
+
+
+@pytest.fixture(scope="module")
+def structured_reference(engines: Engines, reference: dict) -> dict[str, Answer]:
+    """The aggregated vLLM worker's answers to ``structured_cases`` (taken in stage 1)."""
+    client = engines.client("agg")
+    return {name: case.ask(client) for name, case in _structured_cases(engines).items()}
+
+
+def _structured_cases(engines: Engines) -> dict[str, Case]:
+    return structured_cases(engines.model, TEXTS, IMAGES)
 
 
 def ask(client: openai.OpenAI, model: str, text: str, image: str | None) -> str:
@@ -99,8 +127,7 @@ def test_embedded_engine_agrees_with_vllm(engines: Engines, reference: dict) -> 
         "text_prompts_identical_16_tokens": f"{same_text}/{len(prompts)}",
         "chat_cases_identical_12_tokens": f"{same_chat}/{len(CASES)}",
     }
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    (FIGURES / f"agreement-{engines.model}.json").write_text(json.dumps(figure, indent=1))
+    _write_figure(f"agreement-{engines.model}.json", figure)
     print(f"\ngreedy agreement, Tandem engine vs vLLM: {figure}")
     assert same_text >= len(prompts) // 2 and same_chat >= len(CASES) // 2, figure
 
@@ -118,6 +145,125 @@ def _same_tokens(engines: Engines, prompts: list[str]) -> int:
         return same
 
     return asyncio.run(run())
+
+
+def test_vllm_runs_the_xgrammar_backend(engines: Engines, reference: dict) -> None:
+    """vLLM's "auto" may fall back to guidance or outlines; the lane pins xgrammar."""
+    assert "backend='xgrammar'" in engines["agg"].proc.output()
+
+
+def test_constrained_answers_match_vllm(engines: Engines, structured_reference: dict) -> None:
+    """Tandem's engine gives vLLM's text and finish reason under every constraint, and the
+    answers hold to it (bounded ones finish with ``stop``); logprobs (chat's top 5,
+    completions' 3) agree within ``TOLERANCE``, alternatives included. Figures in
+    build/compat."""
+    embedded = engines.client("embedded")
+    differ, gaps = {}, {}
+    for name, case in _structured_cases(engines).items():
+        ours, theirs = case.ask(embedded), structured_reference[name]
+        case.check(ours)
+        try:
+            # Every case is compared before failing, so that the figure covers them all.
+            assert ours.outcome() == theirs.outcome(), "text, finish reason or token count"
+            if theirs.logprobs is not None:
+                gaps[name] = logprob_gap(ours, theirs, keys_unique=case.keys_unique)
+        except AssertionError as failed:
+            why = str(failed)[:1500]
+            differ[name] = {"why": why, "tandem": ours.as_json(), "vllm": theirs.as_json()}
+    figure = {
+        "model": engines.model,
+        "cases_identical": f"{len(structured_reference) - len(differ)}/{len(structured_reference)}",
+        "largest_logprob_difference": max(gaps.values(), default=0.0),
+        "logprob_difference_per_case": gaps,
+        "finish_reasons": {n: a.finish for n, a in structured_reference.items()},
+    }
+    _write_figure(f"structured-{engines.model}.json", {**figure, "differ": differ})
+    print(f"\nstructured outputs, Tandem engine vs vLLM: {figure}")
+    assert not differ, json.dumps({n: d["why"] for n, d in differ.items()}, indent=1)
+    assert figure["largest_logprob_difference"] <= TOLERANCE, gaps
+
+
+def test_constrained_token_ids_match_vllm_over_grpc(engines: Engines, reference: dict) -> None:
+    """The same wire request (constraint on ``SamplingParams``) to both engines: the same
+    token ids, finish reason and sampled-token logprobs."""
+    embedded, vllm = engines.embedded_worker().address, engines["agg"].address
+    ids = chat_prompt_ids(engines.dir, TEXTS[1], 0)
+
+    def wire(rid: str, kind: str) -> GenerateRequest:
+        return wire_constraint(request(rid, ids, max_tokens=MAX_TOKENS, logprobs=0), kind)
+
+    async def run() -> dict[str, tuple[GenerateComplete, GenerateComplete]]:
+        got = {}
+        for kind in CONSTRAINTS:
+            ours = await generate(embedded, wire(f"emb-{kind}", kind))
+            theirs = await generate(vllm, wire(f"vllm-{kind}", kind))
+            got[kind] = (ours.complete, theirs.complete)
+        return got
+
+    for kind, (ours, theirs) in asyncio.run(run()).items():
+        assert list(ours.output_ids) == list(theirs.output_ids), kind
+        assert ours.finish_reason == theirs.finish_reason, kind
+        mine, other = ours.output_logprobs, theirs.output_logprobs
+        assert list(mine.token_ids) == list(ours.output_ids), kind
+        assert list(other.token_ids) == list(theirs.output_ids), kind
+        for a, b in zip(mine.token_logprobs, other.token_logprobs, strict=True):
+            assert abs(a - b) <= TOLERANCE, (kind, a, b)
+
+
+TOOL_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "city": {"enum": ["Paris", "Rome"]},
+        "days": {"type": "integer", "minimum": 1, "maximum": 3},
+    },
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": TOOL_PARAMETERS}},
+    {"type": "function", "function": {"name": "noop"}},
+]
+TOOL_CHOICES = {
+    "required": {"tool_choice": "required", "parallel_tool_calls": False},
+    "named": {"tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+}
+
+
+def test_tool_calls_match_vllm(engines: Engines, reference: dict) -> None:
+    """The gateway parses calls and builds the forcing constraint itself: in front of vLLM
+    and in front of Tandem's engine the same tool request gives the same call."""
+
+    def call(client: openai.OpenAI, image: str, choice: dict) -> list[tuple[str, str]]:
+        reply = client.chat.completions.create(
+            model=engines.model,
+            messages=messages("What is the weather there?", image),
+            tools=TOOLS,
+            max_tokens=96,
+            temperature=0,
+            logit_bias=NO_WHITESPACE,
+            **choice,
+        )
+        choice_out = reply.choices[0]
+        assert choice_out.finish_reason == "tool_calls", choice_out
+        calls = choice_out.message.tool_calls or []
+        return [(c.function.name, c.function.arguments) for c in calls]
+
+    vllm, tandem = engines.client("agg"), engines.client("embedded")
+    for name, choice in TOOL_CHOICES.items():
+        for image in IMAGES:
+            theirs = call(vllm, image, choice)
+            assert len(theirs) == 1, theirs
+            called, arguments = theirs[0]
+            if called == "get_weather":
+                assert json.loads(arguments)["city"] in ("Paris", "Rome"), arguments
+            else:
+                assert (called, json.loads(arguments)) == ("noop", {}), theirs
+            assert call(tandem, image, choice) == theirs, name
+
+
+def _write_figure(name: str, figure: dict) -> None:
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    (FIGURES / name).write_text(json.dumps(figure, indent=1))
 
 
 # --- stage 2: a vLLM prefill + decode pair (NIXL) -----------------------------------------
@@ -144,6 +290,24 @@ def test_pd_streaming_matches_the_aggregated_worker(engines: Engines, reference:
     )
     pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
     assert "".join(pieces) == reference[len(CASES) - 1]
+
+
+def test_pd_constrained_and_logprobs_match_the_aggregated_worker(
+    engines: Engines, structured_reference: dict
+) -> None:
+    """The constraint and the logprob request travel on the decode leg only (the first
+    answer token is sampled there): the pair answers as the aggregated vLLM worker did.
+    Two short answers (each PD decode step costs here): a regex on an image request, and
+    the logprobs of a choice, whose first token's alternatives show the grammar mask."""
+    client = engines.client("pd-router")
+    cases = _structured_cases(engines)
+    for name in ("regex/image", "logprobs/choice"):
+        theirs = structured_reference[name]
+        ours = cases[name].ask(client)
+        assert ours.outcome() == theirs.outcome(), (name, ours, theirs)
+        if theirs.logprobs is not None:
+            assert logprob_gap(ours, theirs) <= TOLERANCE, name
+    _assert_alive(engines, "prefill", "decode")
 
 
 def test_pd_worker_path_relays_media_identity(engines: Engines, reference: dict) -> None:

@@ -10,6 +10,9 @@ machine, each for a reason:
   node up front and refuses to start when that much is not free.
 * ``SMG_VLLM_SERVICER_WARMUP=off``: the servicer's planned warm-up pushes ≈ 35 000 prompt
   tokens through the engine; on two cores in PD mode it outlasts the tests it would speed up.
+* ``--structured-outputs-config`` backend ``xgrammar``: Tandem's engine constrains decoding
+  with xgrammar, and vLLM's default ("auto") falls back to guidance or outlines for what
+  xgrammar refuses; pinned, a request xgrammar cannot compile fails on both engines alike.
 * ``--kv-events-config`` off: the KV-event publisher would bind a ZMQ socket on every
   interface; nothing here subscribes.
 * NIXL's side channel on 127.0.0.1 with a distinct port per engine.
@@ -93,6 +96,7 @@ def start_vllm(
     argv += ["--dtype", "float32", "--enforce-eager", "--served-model-name", served_name]
     argv += ["--kv-cache-memory-bytes", str(256 << 20), "--max-model-len", "4096"]
     argv += ["--kv-events-config", json.dumps({"enable_kv_cache_events": False})]
+    argv += ["--structured-outputs-config", json.dumps({"backend": "xgrammar"})]
     env = {
         "SMG_VLLM_SERVICER_WARMUP": "off",
         "VLLM_NIXL_SIDE_CHANNEL_HOST": HOST,

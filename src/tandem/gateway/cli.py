@@ -89,6 +89,16 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         help="auto: uvloop when installed (less gateway CPU per request than asyncio's loop)",
     )
     add_access_flags(p)
+    p.add_argument(
+        "--tool-call-parser",
+        default=_DEFAULTS.tool_call_parser,
+        help="how tool calls are read from the output (default: from the chat template)",
+    )
+    p.add_argument(
+        "--reasoning-parser",
+        default=_DEFAULTS.reasoning_parser,
+        help="split the model's thought into reasoning_content (default: none)",
+    )
     p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL)
     p.add_argument(
         "--no-access-log",
@@ -128,6 +138,8 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         max_queued_requests=args.max_queued_requests,
         drain_timeout_s=args.drain_timeout_secs,
         access_log=args.access_log,
+        tool_call_parser=args.tool_call_parser,
+        reasoning_parser=args.reasoning_parser,
         **access_config_from_args(args),
     )
 

@@ -50,6 +50,9 @@ class GatewayConfig:
     max_queued_requests: int = 512
     drain_timeout_s: float = 30.0
     access_log: bool = True  # one INFO line per generation request (access_log.py)
+    # Output parsers (gateway/tools, gateway/reasoning.py); None: by the chat template.
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
     # Access control (gateway/auth.py, docs/operations.md "Access control"); keys stay
     # out of the repr so that a logged config never shows one.
     api_key: str | None = field(default=None, repr=False)
@@ -83,6 +86,7 @@ class GatewayConfig:
             raise ValueError("--max-concurrent-requests and --max-queued-requests must be >= 0")
         if self.drain_timeout_s < 0:
             raise ValueError("--drain-timeout-secs must be >= 0")
+        _check_parsers(self.tool_call_parser, self.reasoning_parser)
         if self.api_key is not None and not self.api_key:
             raise ValueError("--api-key must not be empty")
         check_distinct(self.serving_keys, "--api-key/--tenant-api-key")
@@ -93,3 +97,14 @@ class GatewayConfig:
         """Every key that opens /v1/*: ``--api-key`` (no tenant) and the tenant keys."""
         plain = [ServingKey(self.api_key)] if self.api_key else []
         return [*plain, *self.tenant_api_keys]
+
+
+def _check_parsers(tool_call_parser: str | None, reasoning_parser: str | None) -> None:
+    from tandem.gateway.reasoning import REASONING_PARSERS
+    from tandem.gateway.tools import TOOL_PARSERS
+
+    if tool_call_parser is not None and tool_call_parser not in TOOL_PARSERS:
+        raise ValueError(f"--tool-call-parser must be one of {', '.join(sorted(TOOL_PARSERS))}")
+    if reasoning_parser is not None and reasoning_parser not in REASONING_PARSERS:
+        names = ", ".join(sorted(REASONING_PARSERS))
+        raise ValueError(f"--reasoning-parser must be one of {names}")

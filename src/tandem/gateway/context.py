@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tandem.gateway.api.responses import Usage
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, SamplingSummary
@@ -11,6 +12,9 @@ from tandem.gateway.model import ModelHandle
 from tandem.gateway.types import MmPath, Route
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest
+
+if TYPE_CHECKING:  # the parsers import this module
+    from tandem.gateway.pipeline.shaping import ShapingPlan
 
 
 @dataclass(slots=True)
@@ -35,6 +39,8 @@ class RequestContext:
     # form: an inlined image as its bare "data:<type>;base64," header.
     refs_for_tandem_workers_only: bool = False
     media_runs: list[tuple[int, int, str]] = field(default_factory=list)  # (offset, len, hash)
+    # how the answer's text becomes reasoning, content and tool calls; None: plain text
+    shaping: ShapingPlan | None = None
     # request stage; the pixels stay beside the message until a leg is sent (wire.pixels)
     wire: GenerateRequest | None = None
     pixels: PixelPayload | None = None

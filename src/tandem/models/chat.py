@@ -57,6 +57,16 @@ class ChatTemplate:
         self.bos_token = bos_token
         self.eos_token = eos_token
 
+    @property
+    def renders_tools(self) -> bool:
+        """Whether the template reads the ``tools`` it is given (else they would vanish)."""
+        return "tools" in self.source
+
+    @property
+    def tool_call_format(self) -> str | None:
+        """The tool-call parser its call format reads with, when the template shows one."""
+        return "hermes" if "<tool_call>" in self.source else None
+
     @classmethod
     def from_tokenizer_config(cls, config: Mapping[str, Any]) -> ChatTemplate:
         source = config.get("chat_template")

@@ -106,6 +106,55 @@ def test_hf_chat_template_matches_ours(builtin_dirs: dict[str, Path]) -> None:
         assert render_chat(directory, messages) == expected
 
 
+def test_hf_chat_template_matches_ours_for_a_tool_conversation(
+    builtin_dirs: dict[str, Path],
+) -> None:
+    """Tools, an assistant turn with calls and two tool results, images: as transformers
+    renders them with the same checkpoint (what the gateway sends is what HF would)."""
+    from tandem.gateway.api.schemas import parse_chat_request
+
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "locate",
+                "description": "Where a thing is in the picture.",
+                "parameters": {"type": "object", "properties": {"thing": {"type": "string"}}},
+            },
+        },
+        {"type": "function", "function": {"name": "count"}},
+    ]
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    call = {"id": "call_1", "type": "function", "function": {"name": "locate", "arguments": ""}}
+    messages = [
+        {"role": "developer", "content": "Use the tools."},
+        {"role": "user", "content": [image, {"type": "text", "text": "Where is the cat?"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {**call, "function": {"name": "locate", "arguments": '{"thing": "cat"}'}},
+                {**call, "id": "call_2", "function": {"name": "count", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "top left"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "1"},
+        {"role": "user", "content": [image, {"type": "text", "text": "And here?"}]},
+    ]
+    body = parse_chat_request(json.dumps({"model": "m", "messages": messages, "tools": tools}))
+    ours_in = body.template_messages()
+    for directory in builtin_dirs.values():
+        from tandem.models import render_chat
+
+        hf = AutoTokenizer.from_pretrained(directory)
+        expected = hf.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=True
+        )
+        rendered = render_chat(directory, ours_in, tools=body.template_tools())
+        assert rendered == expected
+        assert "<tool_call>" in rendered and "top left" in rendered and "locate" in rendered
+
+
 @pytest.mark.parametrize("name", ["tiny-qwen3-vl", "tiny-llava-1.5"])
 def test_runner_attributes(name: str, runners: dict[str, ModelRunner]) -> None:
     runner = runners[name]

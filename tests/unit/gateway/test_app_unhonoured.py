@@ -22,8 +22,8 @@ MESSAGES = [{"role": "user", "content": "Describe it as JSON."}]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 
 REFUSED_CHAT: list[tuple[str, Any]] = [
-    ("tools", [TOOL]),
-    ("tool_choice", "required"),
+    ("functions", [TOOL["function"]]),
+    ("function_call", "auto"),
     ("prompt_logprobs", 1),
     ("guided_decoding_backend", "outlines"),
     ("guided_whitespace_pattern", r"\s*"),
@@ -89,10 +89,12 @@ def test_completions_refuse_them_too(field: str, value: Any) -> None:
 
 
 def test_completions_keep_fields_chat_only_rules_name() -> None:
-    # ``tools`` means nothing to /v1/completions: an unknown extra, ignored as any other.
-    assert parse_completion_request(json.dumps({"model": "m", "prompt": "hi", "tools": [1]}))
+    # ``reasoning_effort`` means nothing to /v1/completions: an unknown extra, ignored there.
+    body = {"model": "m", "prompt": "hi", "reasoning_effort": "high"}
+    assert parse_completion_request(json.dumps(body))
     with pytest.raises(TandemError):
-        parse_chat_request(json.dumps({"model": "m", "messages": MESSAGES, "tools": [TOOL]}))
+        chat = {"model": "m", "messages": MESSAGES, "reasoning_effort": "high"}
+        parse_chat_request(json.dumps(chat))
 
 
 def test_logit_bias_is_checked_not_refused() -> None:

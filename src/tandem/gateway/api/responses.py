@@ -66,9 +66,24 @@ class ChoiceOutput:
     """The finished text of one choice (one of the ``n`` samples)."""
 
     index: int
-    text: str
+    text: str | None  # None: a chat message that holds tool calls only
     finish_reason: str | None
     logprobs: dict[str, Any] | None = None  # already in the route's shape
+    tool_calls: list[dict[str, Any]] | None = None  # OpenAI's message.tool_calls
+    reasoning: str | None = None  # reasoning_content, when a reasoning parser split it off
+
+
+def tool_call_dict(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _message(c: ChoiceOutput) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": c.text}
+    if c.reasoning is not None:
+        message["reasoning_content"] = c.reasoning
+    if c.tool_calls:
+        message["tool_calls"] = c.tool_calls
+    return message
 
 
 def chat_completion(
@@ -82,7 +97,7 @@ def chat_completion(
         "choices": [
             {
                 "index": c.index,
-                "message": {"role": "assistant", "content": c.text},
+                "message": _message(c),
                 "logprobs": c.logprobs,
                 "finish_reason": c.finish_reason,
             }
@@ -174,6 +189,19 @@ class ChatChunkBuilder(_ChunkBuilder):
     ) -> dict[str, Any]:
         """A piece of text; ``logprobs`` (``{"content": [...]}``) of the tokens behind it."""
         return self._choice(index, {"content": text}, None, logprobs)
+
+    def reasoning(self, index: int, text: str) -> dict[str, Any]:
+        return self._choice(index, {"reasoning_content": text}, None)
+
+    def call_start(self, index: int, call: int, call_id: str, name: str) -> dict[str, Any]:
+        """A tool call's first delta: its index, id and name (arguments follow in pieces)."""
+        opening = {**tool_call_dict(call_id, name, ""), "index": call}
+        return self._choice(index, {"tool_calls": [opening]}, None)
+
+    def call_arguments(self, index: int, call: int, text: str) -> dict[str, Any]:
+        return self._choice(
+            index, {"tool_calls": [{"index": call, "function": {"arguments": text}}]}, None
+        )
 
     def finish(self, index: int, finish_reason: str) -> dict[str, Any]:
         return self._choice(index, {}, finish_reason)

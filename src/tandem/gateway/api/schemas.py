@@ -32,6 +32,15 @@ from tandem.gateway.api.schemas_chat import (
     ChatMessage,
 )
 from tandem.gateway.api.structured import Constraint, request_constraint
+from tandem.gateway.api.tools import (
+    MAX_TOOLS,
+    Tool,
+    ToolChoice,
+    ToolMode,
+    template_tools,
+    tool_constraint,
+    tool_mode,
+)
 from tandem.gateway.api.unhonoured import refuse_unhonoured
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -232,6 +241,10 @@ class ChatCompletionRequest(_GenerationParams):
     max_completion_tokens: TokenCount | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    _tool_mode: ToolMode = PrivateAttr(ToolMode("none"))
 
     @model_validator(mode="before")
     @classmethod
@@ -249,7 +262,26 @@ class ChatCompletionRequest(_GenerationParams):
                 "top_logprobs needs logprobs set to true",
                 param="top_logprobs",
             )
+        self._tool_mode = tool_mode(self.tools, self.tool_choice, self.parallel_tool_calls)
+        forced = tool_constraint(self.tools or [], self._tool_mode)
+        if forced is not None:
+            if self._constraint is not None:
+                raise make_error(
+                    "invalid_request",
+                    f"tool_choice '{self._tool_mode.kind}' constrains the answer already; "
+                    f"remove '{self._constraint.param}'",
+                    param=self._constraint.param,
+                )
+            self._constraint = forced
         return self
+
+    @property
+    def tool_mode(self) -> ToolMode:
+        return self._tool_mode
+
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        """The tools for the chat template; None when they stay out of the prompt."""
+        return template_tools(self.tools, self._tool_mode)
 
     def wire_logprobs(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None

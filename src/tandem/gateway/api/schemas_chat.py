@@ -109,14 +109,34 @@ MessageContent = (
 )
 
 
+class CalledFunction(BaseModel):
+    model_config = STRICT_IGNORE_EXTRA
+
+    name: str
+    arguments: str  # JSON text, as OpenAI sends it; templates print it as it is
+
+
+class MessageToolCall(BaseModel):
+    """A call an earlier assistant turn made, sent back so the template can render it."""
+
+    model_config = STRICT_IGNORE_EXTRA
+
+    id: str
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
 class ChatMessage(BaseModel):
     model_config = STRICT_IGNORE_EXTRA
 
     role: Role
     content: MessageContent = None
-    # Kept because chat templates read them; tool_calls and the like are ignored.
+    # Everything the chat templates read: the speaker's name, an assistant turn's calls
+    # (and its reasoning, which thinking templates may render), a tool turn's call id.
     name: str | None = None
+    tool_calls: list[MessageToolCall] | None = None
     tool_call_id: str | None = None
+    reasoning_content: str | None = None
 
     def image_urls(self) -> list[str]:
         if not isinstance(self.content, list):

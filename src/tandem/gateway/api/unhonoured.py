@@ -59,8 +59,6 @@ _COMMON: dict[str, _Rule] = {
     "mm_processor_kwargs": (_empty, "per-request image processor options are not supported"),
 }
 _CHAT: dict[str, _Rule] = {
-    "tools": (_empty, "tool calling is not supported yet"),
-    "tool_choice": (_no_tool_choice, "tool calling is not supported yet"),
     "functions": (_empty, "function calling is not supported yet"),
     "function_call": (_no_tool_choice, "function calling is not supported yet"),
     "reasoning_effort": (_empty, "reasoning controls are not supported by this model"),

@@ -42,8 +42,16 @@ def build_prompt(ctx: RequestContext) -> None:
     model = ctx.model
     body = ctx.body
     if isinstance(body, ChatCompletionRequest):
+        tools = body.template_tools()
+        if tools is not None and not model.template.renders_tools:
+            # The model would never see the tools: refuse rather than answer as if it had.
+            raise make_error(
+                "unsupported_parameter",
+                f"the chat template of {model.model_id} does not render tools: remove 'tools'",
+                param="tools",
+            )
         try:
-            ctx.prompt_text = model.template.render(body.template_messages(), True)
+            ctx.prompt_text = model.template.render(body.template_messages(), True, tools=tools)
         except ChatTemplateError as exc:
             raise make_error("invalid_request", f"chat template: {exc}", param="messages") from None
         ctx.prompt_ids = model.encode(ctx.prompt_text)

@@ -24,6 +24,7 @@ from tandem.gateway.api.responses import (
     new_response_id,
     now,
     text_completion,
+    tool_call_dict,
 )
 from tandem.gateway.context import RequestContext
 from tandem.gateway.detokenize import IncrementalDetokenizer
@@ -35,7 +36,9 @@ from tandem.gateway.logprobs import (
     chat_logprobs,
     entries_from_wire,
 )
+from tandem.gateway.pipeline.shaping import ChoiceStreamer
 from tandem.gateway.stops import StopMatcher
+from tandem.gateway.tools.calls import CallStart, ContentPiece, ReasoningPiece
 from tandem.wire.proto import pb
 
 
@@ -168,16 +171,35 @@ async def collect(ctx: RequestContext, opened: OpenedStream) -> dict[str, Any]:
         ctx.usage = collector.usage()  # for the access log, whatever the client asked
         await opened.frames.aclose()
         opened.close(ok)
-    choices = [
-        ChoiceOutput(c.index, "".join(c.text), c.finish_reason or "stop", _rendered(ctx, c))
-        for c in collector.choices
-    ]
+    choices = [_output(ctx, c) for c in collector.choices]
     model_name = ctx.body.model
     if ctx.route == "chat":
         return chat_completion(
             new_response_id("chatcmpl"), model_name, now(), choices, collector.usage()
         )
     return text_completion(new_response_id("cmpl"), model_name, now(), choices, collector.usage())
+
+
+def _output(ctx: RequestContext, choice: Choice) -> ChoiceOutput:
+    text, reason = "".join(choice.text), choice.finish_reason or "stop"
+    logprobs = _rendered(ctx, choice)
+    if ctx.shaping is None:
+        return ChoiceOutput(choice.index, text, reason, logprobs)
+    shaped = ctx.shaping.whole(text)
+    calls = [tool_call_dict(c.id, c.name, c.arguments) for c in shaped.calls]
+    return ChoiceOutput(
+        choice.index,
+        shaped.content,
+        _finish_with_calls(reason, bool(calls)),
+        logprobs,
+        calls or None,
+        shaped.reasoning,
+    )
+
+
+def _finish_with_calls(reason: str, called: bool) -> str:
+    # A choice that ended by itself with calls ends for them; a cut-off one stays "length".
+    return "tool_calls" if called and reason == "stop" else reason
 
 
 def _rendered(ctx: RequestContext, choice: Choice) -> dict[str, Any] | None:
@@ -198,6 +220,7 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
     builder_cls = ChatChunkBuilder if chat else TextChunkBuilder
     builder = builder_cls(new_response_id(prefix), ctx.body.model, now(), ctx.body.include_usage)
     render = _delta_renderer(ctx)
+    shapers = [ctx.shaping.streamer() for _ in range(ctx.n)] if ctx.shaping else None
     ok = False
     try:
         if isinstance(builder, ChatChunkBuilder):  # chat streams open with the role
@@ -205,6 +228,10 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
                 yield builder.start(choice.index)
         async for frame in opened.frames:
             event = collector.apply(frame)
+            if shapers is not None and isinstance(builder, ChatChunkBuilder):
+                for chunk in _shaped_chunks(builder, shapers[event.index], event, render):
+                    yield chunk
+                continue
             if event.text or event.logprobs:
                 yield builder.delta(event.index, event.text, render(event))
             if event.finished:
@@ -231,3 +258,30 @@ def _delta_renderer(ctx: RequestContext) -> Callable[[Event], dict[str, Any] | N
     # Each choice's text offsets continue from its previous chunk.
     renderers = [CompletionLogprobs(strings, alternatives) for _ in range(ctx.n)]
     return lambda event: renderers[event.index].render(event.logprobs)
+
+
+def _shaped_chunks(
+    builder: ChatChunkBuilder,
+    shaper: ChoiceStreamer,
+    event: Event,
+    render: Callable[[Event], dict[str, Any] | None],
+) -> list[dict[str, Any]]:
+    """One frame's chunks of a parsed chat stream: reasoning, content and tool-call deltas."""
+    index = event.index
+    pieces = shaper.push(event.text) if event.text else []
+    if event.finished:
+        pieces += shaper.finish()
+    chunks = [builder.delta(index, "", render(event))] if event.logprobs else []
+    for piece in pieces:
+        if isinstance(piece, ContentPiece):
+            if piece.text:
+                chunks.append(builder.delta(index, piece.text))
+        elif isinstance(piece, ReasoningPiece):
+            chunks.append(builder.reasoning(index, piece.text))
+        elif isinstance(piece, CallStart):
+            chunks.append(builder.call_start(index, piece.index, piece.id, piece.name))
+        elif piece.text:
+            chunks.append(builder.call_arguments(index, piece.index, piece.text))
+    if event.finished:
+        chunks.append(builder.finish(index, _finish_with_calls(event.finished, shaper.called)))
+    return chunks

@@ -36,6 +36,7 @@ from tandem.gateway.dispatch.streams import OpenedStream
 from tandem.gateway.pipeline.media import prepare_media
 from tandem.gateway.pipeline.prompt import prepare_prompt
 from tandem.gateway.pipeline.respond import collect, stream_events
+from tandem.gateway.pipeline.shaping import shaping_plan
 from tandem.gateway.pipeline.wire_request import build_wire_request
 from tandem.gateway.state import GatewayState
 from tandem.gateway.types import Route
@@ -171,6 +172,7 @@ class Pipeline:
             )
         ctx = RequestContext(route, request_id, body, model, body.sampling())
         await prepare_prompt(ctx)
+        ctx.shaping = shaping_plan(ctx, self.config)
         build_wire_request(ctx)
         workers = state.registry.workers(model_id=model.model_id)
         timeout = self.config.request_timeout_s

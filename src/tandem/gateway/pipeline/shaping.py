@@ -1,0 +1,161 @@
+"""Stage helper: a choice's text → reasoning, content and tool calls, by the gateway's parsers.
+
+The parsing is the gateway's, so every worker (Tandem's or vLLM's) gets the same behaviour.
+A reasoning parser (``--reasoning-parser``) splits the thought off first; the tool-call
+parser then reads what remains. Which tool parser depends on ``tool_choice``: ``auto`` uses
+``--tool-call-parser`` (or the chat template's format), a forced choice reads the JSON its
+constraint produced (``gateway/api/tools.py``) and skips the reasoning parser, since that
+constraint starts at the first token. Malformed output degrades to content.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tandem.errors import make_error
+from tandem.gateway.api.schemas import ChatCompletionRequest
+from tandem.gateway.config import GatewayConfig
+from tandem.gateway.context import RequestContext
+from tandem.gateway.reasoning import ReasoningParser, reasoning_parser
+from tandem.gateway.tools import (
+    NamedStreamer,
+    RequiredStreamer,
+    ToolParser,
+    ToolStreamer,
+    parse_named,
+    parse_required,
+    tool_parser,
+)
+from tandem.gateway.tools.calls import (
+    ArgumentsPiece,
+    CallStart,
+    ContentPiece,
+    Event,
+    ReasoningPiece,
+    ToolCall,
+)
+
+
+@dataclass(slots=True)
+class Shaped:
+    """A finished choice's message parts."""
+
+    content: str | None
+    reasoning: str | None = None
+    calls: list[ToolCall] = field(default_factory=list)
+
+
+class ChoiceStreamer:
+    """One choice's streamed text through the reasoning parser, then the tool parser."""
+
+    def __init__(self, plan: ShapingPlan) -> None:
+        self._reasoning = plan.reasoning.streamer() if plan.reasoning else None
+        self._tools = plan.new_tool_streamer() if plan.new_tool_streamer else None
+        self._single = plan.single_call
+        self._started = False
+        self.called = False
+
+    def push(self, text: str) -> list[Event]:
+        if self._reasoning is None:
+            return self._to_tools([ContentPiece(text)] if text else [])
+        return self._to_tools(self._reasoning.push(text))
+
+    def finish(self) -> list[Event]:
+        events = self._to_tools(self._reasoning.finish()) if self._reasoning else []
+        if self._tools is not None:
+            events += self._only_first(self._tools.finish())
+        self._note(events)
+        return events
+
+    def _only_first(self, events: list[Event]) -> list[Event]:
+        if not self._single:
+            return events
+        return [e for e in events if not isinstance(e, CallStart | ArgumentsPiece) or e.index == 0]
+
+    def _to_tools(self, events: Sequence[Event]) -> list[Event]:
+        if self._tools is None:
+            return list(events)
+        out: list[Event] = []
+        for event in events:
+            if isinstance(event, ContentPiece):
+                out += self._only_first(self._tools.push(event.text))
+            else:
+                out.append(event)
+        self._note(out)
+        return out
+
+    def _note(self, events: list[Event]) -> None:
+        started = any(not isinstance(e, ContentPiece | ReasoningPiece) for e in events)
+        self._started = self._started or started
+        # A call that broke after its start was streamed ends as content: no "tool_calls".
+        self.called = self._started and not (self._tools is not None and self._tools.degraded)
+
+
+@dataclass(slots=True)
+class ShapingPlan:
+    """What one request's choices go through; built once per request."""
+
+    reasoning: ReasoningParser | None
+    parse_tools: Callable[[str], tuple[str, list[ToolCall]]] | None
+    new_tool_streamer: Callable[[], ToolStreamer] | None
+    # parallel_tool_calls: false under tool_choice auto: the first call only.
+    single_call: bool = False
+
+    def whole(self, text: str) -> Shaped:
+        reasoning = None
+        if self.reasoning is not None:
+            reasoning, text = self.reasoning.parse(text)
+        if self.parse_tools is None:
+            return Shaped(text, reasoning)
+        content, calls = self.parse_tools(text)
+        if self.single_call:
+            calls = calls[:1]
+        # With calls, OpenAI's message has no content unless the model wrote some.
+        return Shaped(content if content or not calls else None, reasoning, calls)
+
+    def streamer(self) -> ChoiceStreamer:
+        return ChoiceStreamer(self)
+
+
+def shaping_plan(ctx: RequestContext, config: GatewayConfig) -> ShapingPlan | None:
+    """None for a plain text answer (completions; chat without tools or reasoning parser).
+
+    Built before anything is sent: ``tool_choice: auto`` without a parser is a 400 then.
+    """
+    body = ctx.body
+    if not isinstance(body, ChatCompletionRequest):
+        return None
+    mode = body.tool_mode
+    reasoning = reasoning_parser(config.reasoning_parser) if config.reasoning_parser else None
+    if mode.kind == "named":
+        name = mode.name or ""
+        return ShapingPlan(None, lambda text: _named(name, text), lambda: NamedStreamer(name))
+    if mode.kind == "required":
+        return ShapingPlan(None, _required, RequiredStreamer)
+    if mode.kind == "auto":
+        parser = _auto_parser(ctx, config)
+        return ShapingPlan(reasoning, parser.parse, parser.streamer, not mode.parallel)
+    return ShapingPlan(reasoning, None, None) if reasoning else None
+
+
+def _auto_parser(ctx: RequestContext, config: GatewayConfig) -> ToolParser:
+    name = config.tool_call_parser or ctx.model.template.tool_call_format
+    if name is None:
+        raise make_error(
+            "unsupported_parameter",
+            "tool_choice 'auto' needs a tool-call parser: start the gateway with "
+            "--tool-call-parser, or name a function in tool_choice",
+            param="tool_choice",
+        )
+    return tool_parser(name)
+
+
+def _required(text: str) -> tuple[str, list[ToolCall]]:
+    calls = parse_required(text)
+    return ("" if calls else text), calls
+
+
+def _named(name: str, text: str) -> tuple[str, list[ToolCall]]:
+    call = parse_named(name, text)
+    return ("", [call]) if call is not None else (text, [])

@@ -1,0 +1,91 @@
+"""Tool calls in model output: parsers chosen by ``--tool-call-parser`` or the model family.
+
+Pure text processing (no I/O, no torch), shared by the non-streaming answer
+(``parse``) and the streamed one (``streamer``: events per choice). Formats:
+
+- ``hermes`` (alias ``qwen``): ``<tool_call>{json}</tool_call>``, Qwen3-VL's format;
+- ``json``: the whole output is a call object or an array of them;
+- output the gateway forced with a constraint: ``parse_required`` /
+  ``RequiredStreamer`` (``tool_choice="required"``) and ``parse_named`` /
+  ``NamedStreamer`` (a named function).
+
+Malformed calls degrade to content; nothing here raises on any model output.
+"""
+
+from __future__ import annotations
+
+from tandem.gateway.tools.calls import (
+    ArgumentsPiece,
+    CallStart,
+    ContentPiece,
+    Event,
+    ReasoningPiece,
+    ToolCall,
+    ToolParser,
+    ToolStreamer,
+    coalesce,
+    collect,
+    new_call_id,
+)
+from tandem.gateway.tools.hermes import HermesParser, HermesStreamer
+from tandem.gateway.tools.json_format import (
+    JsonParser,
+    JsonStreamer,
+    RequiredParser,
+    RequiredStreamer,
+    parse_required,
+)
+from tandem.gateway.tools.named import NamedParser, NamedStreamer, parse_named
+
+TOOL_PARSERS: dict[str, type] = {
+    "hermes": HermesParser,
+    "qwen": HermesParser,
+    "json": JsonParser,
+}
+
+# The format each model family's chat template teaches (tandem.models.family names).
+_FAMILY_DEFAULTS = {"qwen3_vl": "hermes"}
+
+
+def tool_parser(name: str) -> ToolParser:
+    """The parser registered as ``name``; ValueError naming the known ones otherwise."""
+    try:
+        parser_class = TOOL_PARSERS[name]
+    except KeyError:
+        known = ", ".join(sorted(TOOL_PARSERS))
+        raise ValueError(f"unknown tool-call parser {name!r} (known: {known})") from None
+    parser: ToolParser = parser_class()
+    return parser
+
+
+def default_tool_parser(family: str) -> str | None:
+    """The parser for a model family when no ``--tool-call-parser`` is given; None: no calls."""
+    return _FAMILY_DEFAULTS.get(family)
+
+
+__all__ = [
+    "TOOL_PARSERS",
+    "ArgumentsPiece",
+    "CallStart",
+    "ContentPiece",
+    "Event",
+    "HermesParser",
+    "HermesStreamer",
+    "JsonParser",
+    "JsonStreamer",
+    "NamedParser",
+    "NamedStreamer",
+    "ReasoningPiece",
+    "RequiredParser",
+    "RequiredStreamer",
+    "ToolCall",
+    "ToolParser",
+    "ToolStreamer",
+    "coalesce",
+    "collect",
+    "default_tool_parser",
+    "new_call_id",
+    "parse_named",
+    "parse_required",
+    "tool_parser",
+]
