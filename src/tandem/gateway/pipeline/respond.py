@@ -231,11 +231,11 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
             if shapers is not None and isinstance(builder, ChatChunkBuilder):
                 for chunk in _shaped_chunks(builder, shapers[event.index], event, render):
                     yield chunk
-                continue
-            if event.text or event.logprobs:
-                yield builder.delta(event.index, event.text, render(event))
-            if event.finished:
-                yield builder.finish(event.index, event.finished)
+            else:
+                if event.text or event.logprobs:
+                    yield builder.delta(event.index, event.text, render(event))
+                if event.finished:
+                    yield builder.finish(event.index, event.finished)
             if collector.done:
                 break
         ok = True
