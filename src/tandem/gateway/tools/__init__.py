@@ -1,4 +1,4 @@
-"""Tool calls in model output: parsers chosen by ``--tool-call-parser`` or the model family.
+"""Tool calls in model output: parsers chosen by ``--tool-call-parser`` or the chat template.
 
 Pure text processing (no I/O, no torch), shared by the non-streaming answer
 (``parse``) and the streamed one (``streamer``: events per choice). Formats:
@@ -43,9 +43,6 @@ TOOL_PARSERS: dict[str, type] = {
     "json": JsonParser,
 }
 
-# The format each model family's chat template teaches (tandem.models.family names).
-_FAMILY_DEFAULTS = {"qwen3_vl": "hermes"}
-
 
 def tool_parser(name: str) -> ToolParser:
     """The parser registered as ``name``; ValueError naming the known ones otherwise."""
@@ -56,11 +53,6 @@ def tool_parser(name: str) -> ToolParser:
         raise ValueError(f"unknown tool-call parser {name!r} (known: {known})") from None
     parser: ToolParser = parser_class()
     return parser
-
-
-def default_tool_parser(family: str) -> str | None:
-    """The parser for a model family when no ``--tool-call-parser`` is given; None: no calls."""
-    return _FAMILY_DEFAULTS.get(family)
 
 
 __all__ = [
@@ -83,7 +75,6 @@ __all__ = [
     "ToolStreamer",
     "coalesce",
     "collect",
-    "default_tool_parser",
     "new_call_id",
     "parse_named",
     "parse_required",

@@ -23,11 +23,12 @@ from tandem.gateway.tools import (
     ToolCall,
     coalesce,
     collect,
-    default_tool_parser,
     new_call_id,
     tool_parser,
 )
+from tandem.models.chat import ChatTemplate
 from tandem.models.family import FAMILIES
+from tandem.models.templates import LLAVA_CHAT_TEMPLATE, QWEN3_VL_CHAT_TEMPLATE
 
 
 def test_parsers_by_name() -> None:
@@ -39,11 +40,14 @@ def test_parsers_by_name() -> None:
         tool_parser("mistral")
 
 
-def test_family_defaults() -> None:
-    assert set(FAMILIES) == {"qwen3_vl", "llava"}  # a new family should get a decision here
-    assert default_tool_parser("qwen3_vl") == "hermes"
-    assert default_tool_parser("llava") is None
-    assert default_tool_parser("unknown") is None
+def test_the_default_parser_follows_the_chat_template() -> None:
+    # Without --tool-call-parser the gateway reads calls in the format the template shows.
+    assert set(FAMILIES) == {"qwen3_vl", "llava"}  # a new family's template should show one
+    for source in (QWEN3_VL_CHAT_TEMPLATE, LLAVA_CHAT_TEMPLATE):
+        template = ChatTemplate(source)
+        assert template.tool_call_format == "hermes" and template.renders_tools
+        assert template.tool_call_format in TOOL_PARSERS
+    assert ChatTemplate("{{ messages }}").tool_call_format is None
 
 
 def test_call_ids_are_fresh_and_openai_shaped() -> None:
