@@ -18,7 +18,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The history tests start a PostgreSQL server of their own: .ci/ensure-postgres installs
+# Debian's package when its programs are missing (and does nothing otherwise).
 test: $(STAMP)
+	.ci/ensure-postgres
 	$(PY) -m pytest -q
 
 # Compatibility lane: Tandem's gateway in front of real vLLM CPU workers, and smg (the

@@ -1,11 +1,46 @@
-"""Session-wide fixtures: the built-in tiny models, generated once into a temp cache."""
+"""Session-wide fixtures: the built-in tiny models, generated once into a temp cache; the
+stored-responses directory; a PostgreSQL server for the history tests (started on demand)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.integration.postgres_server import PostgresServer
+
+
+@pytest.fixture(scope="session", autouse=True)
+def history_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where test gateways keep stored responses (the default SQLite file), never in ~.
+
+    Set for the whole session, as TANDEM_CACHE_DIR is below; child processes inherit it.
+    """
+    root = tmp_path_factory.mktemp("history")
+    os.environ["TANDEM_HISTORY_DIR"] = str(root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the session's own (tests/integration/postgres_server.py).
+
+    Fails, never skips, when PostgreSQL is not installed: ``make test`` installs it.
+    """
+    from tests.integration.postgres_server import PostgresMissing, start_postgres
+
+    try:
+        server = start_postgres()
+    except PostgresMissing as exc:
+        pytest.fail(str(exc))
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -63,6 +63,7 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     "model_not_found": ErrorSpec(404, False, "no worker serves the requested model"),
     "not_found": ErrorSpec(404, False, "unknown route"),
     "worker_not_found": ErrorSpec(404, False, "admin API: no such worker"),
+    "response_not_found": ErrorSpec(404, False, "no stored response with that id for this key"),
     # --- access control (gateway/auth.py) --------------------------------------------
     "invalid_api_key": ErrorSpec(401, False, "missing or wrong API key (serving or admin API)"),
     "permission_denied": ErrorSpec(403, False, "admin API: a user-role key on a write"),
@@ -128,6 +129,7 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
         429, True, "--max-concurrent-requests running and --max-queued-requests waiting"
     ),
     "shutting_down": ErrorSpec(503, True, "gateway is draining"),
+    "history_unavailable": ErrorSpec(503, True, "the stored-responses database failed"),
     "internal_error": ErrorSpec(500, False, "a bug: report it with the request id"),
 }
 

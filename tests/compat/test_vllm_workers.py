@@ -261,6 +261,59 @@ def test_tool_calls_match_vllm(engines: Engines, reference: dict) -> None:
             assert call(tandem, image, choice) == theirs, name
 
 
+def responses_input(text: str, image: str | None) -> list[dict]:
+    """``messages(text, image)`` as Responses API input items (same part order)."""
+    if image is None:
+        return [{"role": "user", "content": text}]
+    parts = [{"type": "input_image", "image_url": image}, {"type": "input_text", "text": text}]
+    return [{"role": "user", "content": parts}]
+
+
+def assert_responses_match_chat(client: openai.OpenAI, engines: Engines, reference: dict) -> None:
+    """An image turn (created and streamed) answers as chat did; a second turn over
+    previous_response_id (its image re-sent from the store) answers as chat with the
+    whole history."""
+    last = len(CASES) - 1
+    text, image = CASES[last]
+    first = client.responses.create(
+        model=engines.model,
+        input=responses_input(text, image),
+        max_output_tokens=12,
+        temperature=0,
+    )
+    assert first.output_text == reference[last] and first.status == "incomplete"
+    with client.responses.stream(
+        model=engines.model,
+        input=responses_input(text, image),
+        max_output_tokens=12,
+        temperature=0,
+        store=False,
+    ) as stream:
+        deltas = [e.delta for e in stream if e.type == "response.output_text.delta"]
+    assert "".join(deltas) == reference[last]
+    second = client.responses.create(
+        model=engines.model,
+        input="And then?",
+        previous_response_id=first.id,
+        max_output_tokens=12,
+        temperature=0,
+    )
+    history = [
+        *messages(text, image),
+        {"role": "assistant", "content": first.output_text},
+        {"role": "user", "content": "And then?"},
+    ]
+    chat = client.chat.completions.create(
+        model=engines.model, messages=history, max_tokens=12, temperature=0
+    )
+    assert second.output_text == chat.choices[0].message.content
+    assert second.usage.input_tokens == chat.usage.prompt_tokens
+
+
+def test_responses_api_in_front_of_vllm(engines: Engines, reference: dict) -> None:
+    assert_responses_match_chat(engines.client("agg"), engines, reference)
+
+
 def _write_figure(name: str, figure: dict) -> None:
     FIGURES.mkdir(parents=True, exist_ok=True)
     (FIGURES / name).write_text(json.dumps(figure, indent=1))
@@ -290,6 +343,10 @@ def test_pd_streaming_matches_the_aggregated_worker(engines: Engines, reference:
     )
     pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
     assert "".join(pieces) == reference[len(CASES) - 1]
+
+
+def test_pd_responses_api_in_front_of_vllm(engines: Engines, reference: dict) -> None:
+    assert_responses_match_chat(engines.client("pd-router"), engines, reference)
 
 
 def test_pd_constrained_and_logprobs_match_the_aggregated_worker(

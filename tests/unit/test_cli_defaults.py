@@ -15,7 +15,7 @@ import pytest
 from tandem.cli import build_parser
 from tandem.gateway.cli import config_from_args as gateway_config_from_args
 from tandem.gateway.config import GatewayConfig
-from tandem.gateway.types import EventLoop, MmProcessingMode, PdDispatch
+from tandem.gateway.types import EventLoop, HistoryBackend, MmProcessingMode, PdDispatch
 from tandem.log import DEFAULT_LOG_LEVEL
 from tandem.worker.cli import MmProcessor
 from tandem.worker.cli import config_from_args as worker_config_from_args
@@ -54,6 +54,8 @@ def test_serve_flags_default_to_what_its_children_default_to() -> None:
     assert args.model == WorkerConfig().model
     assert args.port == GatewayConfig().port
     assert args.mm_processing == GatewayConfig().mm_processing
+    assert args.history_backend == GatewayConfig().history_backend
+    assert args.history_sqlite_path == GatewayConfig().history_sqlite_path
     assert args.log_level == DEFAULT_LOG_LEVEL
     for command in ("gateway", "worker"):
         assert parse(command).log_level == DEFAULT_LOG_LEVEL
@@ -73,6 +75,8 @@ def choices(command: str, flag: str) -> tuple[Any, ...]:
         ("gateway", "--mm-processing", MmProcessingMode),
         ("gateway", "--pd-dispatch", PdDispatch),
         ("gateway", "--event-loop", EventLoop),
+        ("gateway", "--history-backend", HistoryBackend),
+        ("serve", "--history-backend", HistoryBackend),
         ("serve", "--mm-processing", MmProcessingMode),
         ("worker", "--role", Role),
         ("worker", "--engine", EngineKind),
@@ -89,6 +93,7 @@ def test_choices_are_the_literal_of_the_field(command: str, flag: str, literal: 
     [
         (GatewayConfig, "mm_processing", MmProcessingMode),
         (GatewayConfig, "pd_dispatch", PdDispatch),
+        (GatewayConfig, "history_backend", HistoryBackend),
         (WorkerConfig, "role", Role),
         (WorkerConfig, "engine", EngineKind),
         (WorkerConfig, "kv_connector", KvConnector),

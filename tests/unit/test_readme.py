@@ -13,6 +13,8 @@ from tandem.errors import ERROR_CATALOGUE
 from tandem.gateway import metrics
 from tandem.gateway.api import unhonoured
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
+from tandem.gateway.responses import request as responses_request
+from tandem.gateway.responses.request import ResponsesRequest
 
 README = (Path(__file__).parents[2] / "README.md").read_text()
 
@@ -55,9 +57,9 @@ def test_every_flag_is_documented(command: str) -> None:
     assert flags and not missing, missing
 
 
-def _request_field_rows() -> dict[str, str]:
-    """Field → its row in the README's request-fields table."""
-    section = README.split("## Request fields", 1)[1].split("\n## ", 1)[0]
+def _request_field_rows(heading: str = "## Request fields") -> dict[str, str]:
+    """Field → its row in the README's request-fields table under ``heading``."""
+    section = README.split(heading, 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
         if line.startswith("| `"):
@@ -74,4 +76,13 @@ def test_every_request_field_is_marked_honoured_or_refused() -> None:
     missing = sorted((declared | refused) - set(rows))
     assert not missing, missing
     wrong = sorted(name for name in refused if "| refused |" not in rows[name])
+    assert not wrong, wrong
+
+
+def test_every_responses_field_is_marked_honoured_or_refused() -> None:
+    rows = _request_field_rows("## The Responses API")
+    declared = set(ResponsesRequest.model_fields)
+    missing = sorted((declared | set(responses_request._REFUSED)) - set(rows))
+    assert not missing, missing
+    wrong = sorted(name for name in responses_request._REFUSED if "| refused |" not in rows[name])
     assert not wrong, wrong

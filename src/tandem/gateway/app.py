@@ -20,15 +20,17 @@ from starlette.routing import Route
 from tandem import __version__
 from tandem.errors import TandemError, make_error
 from tandem.gateway import metrics
-from tandem.gateway.access_control import access_middleware
+from tandem.gateway.access_control import access_middleware, tenant_of
 from tandem.gateway.access_log import REQUEST_ID_HEADER
-from tandem.gateway.api.openapi import openapi_document
 from tandem.gateway.api.responses import error_response, json_response
 from tandem.gateway.api.schemas import parse_chat_request, parse_completion_request
 from tandem.gateway.api.sse import sse_response
 from tandem.gateway.inbound import HttpInbound
+from tandem.gateway.openapi import openapi_document
 from tandem.gateway.pipeline.run import Answered, Failed, Gone, Outcome, Pipeline
+from tandem.gateway.responses.service import ResponsesService
 from tandem.gateway.state import GatewayState
+from tandem.gateway.tokenize import tokenize_routes
 from tandem.gateway.workers_admin import admin_routes
 
 log = logging.getLogger("tandem.gateway")
@@ -43,6 +45,24 @@ def build_app(state: GatewayState) -> Starlette:
     async def completions(request: Request) -> Response | ReleaseAfter:
         outcome = await pipeline.run(HttpInbound(request), "completions", parse_completion_request)
         return render(outcome)
+
+    responses = ResponsesService(state, pipeline)
+
+    async def create_response(request: Request) -> Response | ReleaseAfter:
+        return render(await responses.create(HttpInbound(request)))
+
+    async def get_response(request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        return json_response(await responses.retrieve(tenant_of(request), response_id))
+
+    async def delete_response(request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        return json_response(await responses.delete(tenant_of(request), response_id))
+
+    async def list_input_items(request: Request) -> Response:
+        response_id = request.path_params["response_id"]
+        page = await responses.input_items(tenant_of(request), response_id, request.query_params)
+        return json_response(page)
 
     async def models(request: Request) -> Response:
         model = await state.ensure_model()
@@ -80,11 +100,16 @@ def build_app(state: GatewayState) -> Starlette:
     routes = [
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", get_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
         *admin_routes(state),
+        *tokenize_routes(state),
     ]
     return Starlette(
         routes=routes,
@@ -102,7 +127,7 @@ def render(outcome: Outcome) -> Response | ReleaseAfter:
     elif isinstance(outcome, Gone):
         return Response(status_code=499)  # nobody reads it; the access log says 499
     else:
-        streamed = _tagged(sse_response(outcome.events), outcome.request_id)
+        streamed = _tagged(sse_response(outcome.events, outcome.named), outcome.request_id)
         return ReleaseAfter(streamed, outcome.sent)
     return _tagged(response, outcome.request_id)
 

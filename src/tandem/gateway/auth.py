@@ -3,8 +3,9 @@
 Pure functions and small value objects; :mod:`tandem.gateway.access_control` applies them
 to each HTTP request. The rules (docs/operations.md, "Access control"):
 
-- ``/v1/*`` needs ``Authorization: Bearer KEY`` as soon as one ``--api-key`` or
-  ``--tenant-api-key`` is set; a tenant key also names the tenant the request belongs to.
+- ``/v1/*``, ``/tokenize`` and ``/detokenize`` need ``Authorization: Bearer KEY`` as soon
+  as one ``--api-key`` or ``--tenant-api-key`` is set; a tenant key also names the tenant
+  the request belongs to.
 - ``/workers`` needs a ``--control-plane-api-keys`` key when any is set: role ``user``
   may list, ``admin`` may also add and remove. With none set, only loopback clients of a
   gateway bound to a loopback address may use it.
@@ -31,6 +32,9 @@ CONTROL_PLANE_ROLES: tuple[ControlPlaneRole, ...] = ("admin", "user")
 READ_METHODS = frozenset({"GET", "HEAD"})
 ADMIN_PATH = "/workers"
 SERVING_PREFIX = "/v1"
+# The serving routes: /v1/*, and vLLM's /tokenize and /detokenize outside /v1 (they read
+# prompts and images like the rest, so they need a key too).
+SERVING_ROOTS = (SERVING_PREFIX, "/tokenize", "/detokenize")
 
 
 def _digest(key: str) -> bytes:
@@ -178,7 +182,7 @@ class AccessPolicy:
 
 
 def is_serving_path(path: str) -> bool:
-    return path == SERVING_PREFIX or path.startswith(SERVING_PREFIX + "/")
+    return any(path == root or path.startswith(root + "/") for root in SERVING_ROOTS)
 
 
 def is_admin_path(path: str) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tandem.gateway.auth_flags import access_config_from_args, add_access_flags
 from tandem.gateway.config import GatewayConfig
+from tandem.gateway.history.flags import add_history_flags, history_config_from_args
 from tandem.gateway.types import EVENT_LOOPS, MM_PROCESSING_MODES, PD_DISPATCH_MODES, EventLoop
 from tandem.hostport import bare_host, canonical_address
 from tandem.log import DEFAULT_LOG_LEVEL, setup_logging
@@ -89,6 +90,7 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         help="auto: uvloop when installed (less gateway CPU per request than asyncio's loop)",
     )
     add_access_flags(p)
+    add_history_flags(p)
     p.add_argument(
         "--tool-call-parser",
         default=_DEFAULTS.tool_call_parser,
@@ -141,6 +143,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=args.reasoning_parser,
         **access_config_from_args(args),
+        **history_config_from_args(args),
     )
 
 

@@ -6,9 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tandem.gateway.auth import ControlPlaneKey, ServingKey, check_distinct
+from tandem.gateway.history.settings import check_history_settings
+from tandem.gateway.history.store import HistoryLimits
 from tandem.gateway.types import (
     MM_PROCESSING_MODES,
     PD_DISPATCH_MODES,
+    HistoryBackend,
     MmProcessingMode,
     PdDispatch,
 )
@@ -58,6 +61,13 @@ class GatewayConfig:
     api_key: str | None = field(default=None, repr=False)
     tenant_api_keys: list[ServingKey] = field(default_factory=list, repr=False)
     control_plane_api_keys: list[ControlPlaneKey] = field(default_factory=list, repr=False)
+    # Stored Responses API conversations (gateway/history, docs/operations.md "Stored
+    # responses (history backends)"). No sqlite path: $TANDEM_HISTORY_DIR or
+    # ~/.cache/tandem/history, read when the store opens. The URL may hold a password.
+    history_backend: HistoryBackend = "sqlite"
+    history_sqlite_path: Path | None = None
+    postgres_db_url: str | None = field(default=None, repr=False)
+    history: HistoryLimits = field(default_factory=HistoryLimits)
 
     def __post_init__(self) -> None:
         if self.mm_processing not in MM_PROCESSING_MODES:
@@ -87,6 +97,9 @@ class GatewayConfig:
         if self.drain_timeout_s < 0:
             raise ValueError("--drain-timeout-secs must be >= 0")
         _check_parsers(self.tool_call_parser, self.reasoning_parser)
+        check_history_settings(
+            self.history_backend, self.history_sqlite_path, self.postgres_db_url, self.history
+        )
         if self.api_key is not None and not self.api_key:
             raise ValueError("--api-key must not be empty")
         check_distinct(self.serving_keys, "--api-key/--tenant-api-key")

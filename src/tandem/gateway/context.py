@@ -56,6 +56,11 @@ class RequestContext:
         return bool(self.body.stream)
 
     @property
+    def is_chat(self) -> bool:
+        """A chat request (also the Responses API's): chat-shaped frames and answers."""
+        return isinstance(self.body, ChatCompletionRequest)
+
+    @property
     def n(self) -> int:
         return self.sampling.n
 

@@ -11,6 +11,8 @@ from tandem.gateway.admission import AdmissionQueue, PixelBudget
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.dispatch.aggregated import AggregatedDispatcher
 from tandem.gateway.dispatch.base import Dispatcher
+from tandem.gateway.history.factory import open_store
+from tandem.gateway.history.store import HistoryError, ResponseStore
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.pd.dispatcher import PDDispatcher
 from tandem.gateway.workers.health import HealthChecker
@@ -31,12 +33,16 @@ class GatewayState:
     draining: bool = False  # set on SIGTERM: new generation requests get 503 shutting_down
     admission: AdmissionQueue = field(init=False)
     pixel_budget: PixelBudget = field(init=False)
+    # Stored Responses API conversations; None with --history-backend none. Built here,
+    # connected by start(), closed by stop().
+    history: ResponseStore | None = field(init=False, default=None)
     _model_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
         config = self.config
         self.admission = AdmissionQueue(config.max_concurrent_requests, config.max_queued_requests)
         self.pixel_budget = PixelBudget(config.mm_max_inflight_bytes)
+        self.history = open_store(config)
         policy = make_policy(config.policy)
         prefill_policy = make_policy(config.prefill_policy or config.policy)
         decode_policy = make_policy(config.decode_policy or config.policy)
@@ -54,6 +60,13 @@ class GatewayState:
 
     async def start(self) -> None:
         config = self.config
+        if self.history is not None:
+            # First: a database that is down fails the start before any worker is dialled.
+            try:
+                await self.history.start()
+            except HistoryError as err:  # one line, the URL's password masked
+                raise SystemExit(f"tandem gateway: error: {err}") from None
+            log.info("stored responses: %r", self.history)
         for url in config.worker_urls:
             await self.registry.add(url, "regular")
         for url in config.prefill_urls:
@@ -111,3 +124,5 @@ class GatewayState:
         if self.health is not None:
             await self.health.stop()
         await self.registry.close()
+        if self.history is not None:
+            await self.history.close()

@@ -15,11 +15,15 @@ MmProcessingMode = Literal["auto", "router", "worker"]
 MmPath = Literal["router", "worker"]
 # --pd-dispatch: prefill then decode, or both legs at once.
 PdDispatch = Literal["sequential", "parallel"]
-# The generation routes: /v1/chat/completions and /v1/completions.
-Route = Literal["chat", "completions"]
+# The generation routes: /v1/chat/completions, /v1/completions and /v1/responses (served
+# by the chat pipeline: its requests are chat requests, its answers are reshaped).
+Route = Literal["chat", "completions", "responses"]
 # --event-loop: auto takes uvloop when it is installed.
 EventLoop = Literal["auto", "uvloop", "asyncio"]
+# --history-backend: where stored Responses API conversations live (gateway/history).
+HistoryBackend = Literal["none", "memory", "sqlite", "postgres"]
 
 MM_PROCESSING_MODES: tuple[MmProcessingMode, ...] = get_args(MmProcessingMode)
 PD_DISPATCH_MODES: tuple[PdDispatch, ...] = get_args(PdDispatch)
 EVENT_LOOPS: tuple[EventLoop, ...] = get_args(EventLoop)
+HISTORY_BACKENDS: tuple[HistoryBackend, ...] = get_args(HistoryBackend)

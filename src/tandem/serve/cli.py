@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 from tandem.gateway.config import GatewayConfig
-from tandem.gateway.types import MM_PROCESSING_MODES
+from tandem.gateway.history.settings import check_history_settings
+from tandem.gateway.types import HISTORY_BACKENDS, MM_PROCESSING_MODES
 from tandem.log import DEFAULT_LOG_LEVEL
 from tandem.serve.children import Console
 from tandem.serve.examples import example_image
@@ -62,6 +63,25 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         help="where images are processed: passed to the gateway",
     )
     p.add_argument(
+        "--history-backend",
+        choices=HISTORY_BACKENDS,
+        default=_GATEWAY.history_backend,
+        help="where stored responses live: passed to the gateway (sqlite: kept across restarts)",
+    )
+    p.add_argument(
+        "--history-sqlite-path",
+        type=Path,
+        default=_GATEWAY.history_sqlite_path,
+        help="the gateway's SQLite file (default: under $TANDEM_HISTORY_DIR or "
+        "~/.cache/tandem/history)",
+    )
+    p.add_argument(
+        "--postgres-db-url",
+        default=_GATEWAY.postgres_db_url,
+        metavar="postgresql://…",
+        help="with --history-backend postgres: passed to the gateway",
+    )
+    p.add_argument(
         "--port", type=int, default=_GATEWAY.port, help="gateway port; 0 picks a free one"
     )
     p.add_argument(
@@ -81,6 +101,12 @@ def _check_args(args: argparse.Namespace) -> None:
         parser.error("--decode-language-model-only needs separate decode workers (no --aggregated)")
     if not 0 <= args.port < 65536:
         parser.error(f"--port must be in 0..65535, got {args.port}")
+    try:  # the gateway's own checks, before any worker loads
+        check_history_settings(
+            args.history_backend, args.history_sqlite_path, args.postgres_db_url, _GATEWAY.history
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def _port_taken(port: int) -> bool:
@@ -135,6 +161,17 @@ def _notes(args: argparse.Namespace, model_dir: Path) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def _history_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """The gateway's history flags; by default its SQLite file, so conversations outlive a
+    restart of `tandem serve`."""
+    flags = ["--history-backend", args.history_backend]
+    if args.history_sqlite_path is not None:
+        flags += ["--history-sqlite-path", str(args.history_sqlite_path.absolute())]
+    if args.postgres_db_url is not None:
+        flags += ["--postgres-db-url", args.postgres_db_url]
+    return tuple(flags)
+
+
 def run_serve(args: argparse.Namespace) -> int:
     _check_args(args)
     if _port_taken(args.port):
@@ -161,6 +198,7 @@ def run_serve(args: argparse.Namespace) -> int:
             aggregated=args.aggregated,
             decode_language_model_only=args.decode_language_model_only,
             mm_processing=args.mm_processing,
+            history_args=_history_args(args),
             port=args.port,
             log_level=args.log_level,
             image=example_image(default_cache_root()),

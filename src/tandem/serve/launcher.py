@@ -41,6 +41,7 @@ class Plan:
     log_level: str
     image: Path
     notes: tuple[str, ...] = ()
+    history_args: tuple[str, ...] = ()  # the gateway's --history-* flags, passed on as given
 
     def worker_specs(self) -> list[tuple[str, list[str]]]:
         base = ["worker", "--model", self.model, "--host", HOST, "--port", "0"]
@@ -55,6 +56,7 @@ class Plan:
     def gateway_args(self, workers: list[Child]) -> list[str]:
         args = ["gateway", "--host", HOST, "--port", str(self.port)]
         args += ["--mm-processing", self.mm_processing, "--log-level", self.log_level]
+        args += self.history_args
         if self.aggregated:
             return [*args, "--worker-urls", *(w.address for w in workers)]
         prefill = [w.address for w in workers if w.role.startswith("prefill-")]

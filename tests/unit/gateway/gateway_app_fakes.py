@@ -62,7 +62,12 @@ class ScriptedDispatcher:
 
 
 def make_gateway(model_dir: Path, **config: Any) -> tuple[GatewayState, ScriptedDispatcher]:
-    """A state with the model loaded and a scripted dispatcher (router-side media)."""
+    """A state with the model loaded and a scripted dispatcher (router-side media).
+
+    Stored responses live in memory (that backend needs no start; the SQL ones are
+    tested against real databases in tests/unit/gateway/history).
+    """
+    config.setdefault("history_backend", "memory")
     state = GatewayState(GatewayConfig(mm_processing="router", **config))
     state.model = ModelHandle.from_dir(model_dir, MODEL)
     dispatcher = ScriptedDispatcher(state.model)

@@ -62,6 +62,7 @@ __all__ = [
     "error_param",
     "parse_chat_request",
     "parse_completion_request",
+    "validate_chat_request",
 ]
 
 
@@ -238,6 +239,14 @@ def _parse(model: type[_Model], body: bytes | str) -> _Model:
 
 def parse_chat_request(body: bytes | str) -> ChatCompletionRequest:
     return _parse(ChatCompletionRequest, body)
+
+
+def validate_chat_request(data: dict[str, Any]) -> ChatCompletionRequest:
+    """A chat request built in the gateway (the Responses API's chat form), validated."""
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        raise _to_tandem_error(exc) from None
 
 
 def parse_completion_request(body: bytes | str) -> CompletionRequest:

@@ -42,6 +42,34 @@ def sse_error_and_done(err: TandemError) -> bytes:
     return sse_error(err) + DONE
 
 
+def named_event(obj: Mapping[str, Any]) -> bytes:
+    """A Responses API event: ``event: <type>`` then its data line (no ``[DONE]`` after)."""
+    return b"event: " + str(obj["type"]).encode() + b"\ndata: " + json_bytes(obj) + b"\n\n"
+
+
+def named_error(err: TandemError) -> bytes:
+    """The Responses API's in-band ``error`` event."""
+    event = {"type": "error", "code": err.code, "message": err.message, "param": err.param}
+    return named_event(event)
+
+
+async def frame_named_events(events: AsyncIterable[Mapping[str, Any]]) -> AsyncIterator[bytes]:
+    """:func:`frame_events` for the Responses API: named events, ``error`` on a failure."""
+    try:
+        try:
+            async for event in events:
+                yield named_event(event)
+        except TandemError as err:
+            yield named_error(err)
+        except Exception:
+            log.exception("stream failed mid-response")
+            yield named_error(make_error("internal_error", "internal error while streaming"))
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 async def frame_events(events: AsyncIterable[Mapping[str, Any]]) -> AsyncIterator[bytes]:
     """Frame each event dict, then ``[DONE]``; an exception becomes an error event.
 
@@ -66,6 +94,9 @@ async def frame_events(events: AsyncIterable[Mapping[str, Any]]) -> AsyncIterato
             await aclose()
 
 
-def sse_response(events: AsyncIterable[Mapping[str, Any]]) -> StreamingResponse:
-    """A streaming response over event dicts, framed by :func:`frame_events`."""
-    return StreamingResponse(frame_events(events), headers=dict(SSE_HEADERS))
+def sse_response(
+    events: AsyncIterable[Mapping[str, Any]], named: bool = False
+) -> StreamingResponse:
+    """A streaming response over event dicts: :func:`frame_events`, or named events."""
+    framed = frame_named_events(events) if named else frame_events(events)
+    return StreamingResponse(framed, headers=dict(SSE_HEADERS))

@@ -173,7 +173,7 @@ async def collect(ctx: RequestContext, opened: OpenedStream) -> dict[str, Any]:
         opened.close(ok)
     choices = [_output(ctx, c) for c in collector.choices]
     model_name = ctx.body.model
-    if ctx.route == "chat":
+    if ctx.is_chat:
         return chat_completion(
             new_response_id("chatcmpl"), model_name, now(), choices, collector.usage()
         )
@@ -208,14 +208,14 @@ def _rendered(ctx: RequestContext, choice: Choice) -> dict[str, Any] | None:
     if alternatives is None:
         return None
     strings = ctx.model.token_strings
-    if ctx.route == "chat":
+    if ctx.is_chat:
         return chat_logprobs(choice.logprobs, strings)
     return CompletionLogprobs(strings, alternatives).render(choice.logprobs)
 
 
 async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncIterator[dict[str, Any]]:
     collector = Collector(ctx)
-    chat = ctx.route == "chat"
+    chat = ctx.is_chat
     prefix = "chatcmpl" if chat else "cmpl"
     builder_cls = ChatChunkBuilder if chat else TextChunkBuilder
     builder = builder_cls(new_response_id(prefix), ctx.body.model, now(), ctx.body.include_usage)
@@ -253,7 +253,7 @@ def _delta_renderer(ctx: RequestContext) -> Callable[[Event], dict[str, Any] | N
     if alternatives is None:
         return lambda event: None
     strings = ctx.model.token_strings
-    if ctx.route == "chat":
+    if ctx.is_chat:
         return lambda event: {"content": chat_content(event.logprobs, strings)}
     # Each choice's text offsets continue from its previous chunk.
     renderers = [CompletionLogprobs(strings, alternatives) for _ in range(ctx.n)]

@@ -22,6 +22,7 @@ access-log record is finished once, in :meth:`Pipeline._finish`. The HTTP side i
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ from tandem.gateway.types import Route
 log = logging.getLogger("tandem.gateway")
 T = TypeVar("T")
 Body = ChatCompletionRequest | CompletionRequest
+# The route's parser; the Responses API's is a coroutine (it reads stored turns).
+Parser = Callable[[bytes], Body | Awaitable[Body]]
 
 
 class ClientGone(Exception):
@@ -92,6 +95,7 @@ class Streaming:
     events: AsyncIterator[dict[str, Any]]
     sent: Callable[[], Awaitable[None]]
     request_id: str
+    named: bool = False  # Responses API events: ``event: <type>`` lines, no [DONE]
 
 
 Outcome = Answered | Failed | Gone | Streaming
@@ -119,14 +123,15 @@ class Pipeline:
         self.state = state
         self.config = state.config
 
-    async def run(self, inbound: Inbound, route: Route, parse: Callable[[bytes], Body]) -> Outcome:
+    async def run(self, inbound: Inbound, route: Route, parse: Parser) -> Outcome:
         record = RequestRecord(route, enabled=self.config.access_log, tenant=inbound.tenant)
         held = _Held()
         ctx: RequestContext | None = None
         try:
             self._admissible(inbound)
             held.slot = await self.state.admission.acquire(self.config.request_timeout_s)
-            body = parse(await inbound.read_body(self.config.max_payload_size))
+            parsed = parse(await inbound.read_body(self.config.max_payload_size))
+            body = await parsed if inspect.isawaitable(parsed) else parsed
             # Charged by the media stage before any image is decoded, then holding only the
             # pixel tensor until it is sent (docs/operations.md, "Memory bounds for images").
             held.lease = self.state.pixel_budget.lease()

@@ -13,10 +13,16 @@ from typing import Any
 from pydantic.json_schema import models_json_schema
 
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
+from tandem.gateway.api.tokenize_schemas import (
+    DetokenizeRequest,
+    TokenizeChatRequest,
+    TokenizePromptRequest,
+)
+from tandem.gateway.responses.request import ResponsesRequest
 
 _REF = "#/components/schemas/{model}"
 # Refused on purpose (400 unsupported_content_part); not part of the described contract.
-_UNDOCUMENTED = {"_UnsupportedPart"}
+_UNDOCUMENTED = {"_UnsupportedPart", "_OtherPart", "_OtherItem", "_OtherTool"}
 ERROR_STATUSES = {
     "400": "Invalid request (bad JSON, field, media or pairing)",
     "404": "Unknown model",
@@ -71,15 +77,22 @@ def _strip_undocumented(node: Any) -> Any:
 
 def _request_schemas(model_id: str | None) -> dict[str, Any]:
     _, top = models_json_schema(
-        [(ChatCompletionRequest, "validation"), (CompletionRequest, "validation")],
+        [
+            (ChatCompletionRequest, "validation"),
+            (CompletionRequest, "validation"),
+            (ResponsesRequest, "validation"),
+            *((model, "validation") for model in TOKENIZER_MODELS),
+        ],
         ref_template=_REF,
     )
     schemas = {k: v for k, v in top["$defs"].items() if k not in _UNDOCUMENTED}
     schemas = _strip_undocumented(schemas)
     if model_id is not None:
         # The one model this gateway serves; any other name is a 404.
-        for name in ("ChatCompletionRequest", "CompletionRequest"):
+        for name in ("ChatCompletionRequest", "CompletionRequest", "ResponsesRequest"):
             schemas[name]["properties"]["model"]["enum"] = [model_id]
+        for model in TOKENIZER_MODELS:  # optional there: null means the served model
+            schemas[model.__name__]["properties"]["model"] = {"enum": [model_id, None]}
     schemas["Error"] = ERROR_SCHEMA
     return schemas
 
@@ -126,9 +139,103 @@ def openapi_document(model_id: str | None, version: str) -> dict[str, Any]:
         "paths": {
             "/v1/chat/completions": _generation("Chat completion", "ChatCompletionRequest"),
             "/v1/completions": _generation("Text completion", "CompletionRequest"),
+            "/v1/responses": _generation("Create a response", "ResponsesRequest"),
+            **_stored_response_paths(),
             "/v1/models": _get("The served model", any_object),
             "/health": _get("Healthy: workers available", any_object, unavailable),
             "/metrics": _get("Prometheus metrics", {"text/plain": {"schema": {"type": "string"}}}),
+            **_tokenizer_paths(),
         },
         "components": {"schemas": _request_schemas(model_id)},
+    }
+
+
+# /tokenize and /detokenize (gateway/tokenize.py), each also under /v1.
+TOKENIZER_MODELS = (TokenizeChatRequest, TokenizePromptRequest, DetokenizeRequest)
+TOKENIZE_ANSWER: dict[str, Any] = {
+    "type": "object",
+    "required": ["count", "max_model_len", "tokens", "token_strs"],
+    "properties": {
+        "count": {"type": "integer", "minimum": 0},
+        "max_model_len": {"type": "integer", "minimum": 0},
+        "tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+        "token_strs": {"type": ["array", "null"], "items": {"type": "string"}},
+    },
+}
+DETOKENIZE_ANSWER: dict[str, Any] = {
+    "type": "object",
+    "required": ["prompt"],
+    "properties": {"prompt": {"type": "string"}},
+}
+
+
+def _tokenizer_op(summary: str, body: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    error = {"$ref": _REF.format(model="Error")}
+    responses: dict[str, Any] = {"200": {"description": summary, "content": _json(answer)}}
+    for status, text in ERROR_STATUSES.items():
+        responses[status] = {"description": text, "content": _json(error)}
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {"required": True, "content": _json(body)},
+            "responses": responses,
+        }
+    }
+
+
+def _tokenizer_paths() -> dict[str, Any]:
+    either = {
+        "oneOf": [
+            {"$ref": _REF.format(model="TokenizeChatRequest")},
+            {"$ref": _REF.format(model="TokenizePromptRequest")},
+        ]
+    }
+    tokenize = _tokenizer_op("Tokens of a prompt or a chat", either, TOKENIZE_ANSWER)
+    detokenize = _tokenizer_op(
+        "Text of token ids",
+        {"$ref": _REF.format(model="DetokenizeRequest")},
+        DETOKENIZE_ANSWER,
+    )
+    paths: dict[str, Any] = {}
+    for prefix in ("", "/v1"):
+        paths[f"{prefix}/tokenize"] = tokenize
+        paths[f"{prefix}/detokenize"] = detokenize
+    return paths
+
+
+def _stored_response_paths() -> dict[str, Any]:
+    """GET/DELETE of a stored response and its input items (responses/service.py)."""
+    error = {
+        "description": "No such stored response",
+        "content": _json({"$ref": _REF.format(model="Error")}),
+    }
+    param = {"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    page = [
+        {"name": name, "in": "query", "required": False, "schema": schema}
+        for name, schema in (
+            ("limit", {"type": "integer", "minimum": 1, "maximum": 100}),
+            ("order", {"enum": ["asc", "desc"]}),
+            ("after", {"type": "string"}),
+            ("before", {"type": "string"}),
+        )
+    ]
+
+    def op(summary: str, params: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "summary": summary,
+            "parameters": params,
+            "responses": {
+                "200": {"description": summary, "content": _json({"type": "object"})},
+                "404": error,
+            },
+        }
+
+    return {
+        "/v1/responses/{response_id}": {
+            "get": op("A stored response", [param]),
+            "delete": op("Delete a stored response", [param]),
+        },
+        "/v1/responses/{response_id}/input_items": {
+            "get": op("The input items of a stored response", [param, *page]),
+        },
     }

@@ -1,0 +1,1 @@
+"""Stored Responses API conversations: the contract (``store.py``) and its backends."""

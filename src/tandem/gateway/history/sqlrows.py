@@ -1,0 +1,82 @@
+"""What the two SQL backends share: the column list, rows → StoredResponse, the chain's end."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tandem.gateway.history.codec import decoded
+from tandem.gateway.history.store import BrokenChain, ChainTooLong, StoredResponse
+
+# The order every SELECT below names them in; stored_from_row reads them by position.
+COLUMNS = "tenant, id, previous_id, created_at, status, model, response, input_items"
+
+
+def stored_from_row(row: Sequence[Any]) -> StoredResponse:
+    tenant, response_id, previous_id, created_at, status, model, response, input_items = row[:8]
+    return StoredResponse(
+        id=response_id,
+        tenant=tenant,
+        previous_id=previous_id,
+        created_at=float(created_at),
+        status=status,
+        model=model,
+        response=decoded(response),
+        input_items=decoded(input_items),
+    )
+
+
+def finish_chain(newest_first: Sequence[Sequence[Any]], max_turns: int) -> list[StoredResponse]:
+    """The walk's rows (at most ``max_turns + 1``, newest first) → the turns, oldest first.
+
+    One row more than ``max_turns`` means the conversation is too long; an oldest row that
+    still names a previous turn means that turn is gone (deleted, expired or evicted).
+    """
+    if len(newest_first) > max_turns:
+        raise ChainTooLong(max_turns)
+    oldest_previous = newest_first[-1][2]
+    if oldest_previous is not None:
+        raise BrokenChain(oldest_previous)
+    return [stored_from_row(row) for row in reversed(newest_first)]
+
+
+def chain_sql(table: str, p: Sequence[str]) -> str:
+    """The recursive walk from one response to the first turn, tenant-scoped and bounded.
+
+    ``p`` spells the four parameters in the backend's style: tenant, id, expiry cut-off,
+    max_turns. Depth 0 is the response asked for; the walk stops at depth ``max_turns``,
+    one row past the limit, which is how "too long" is told apart from "complete".
+    """
+    tenant, response_id, cutoff, max_turns = p
+    columns = ", ".join(f"r.{c.strip()}" for c in COLUMNS.split(","))
+    return f"""
+        WITH RECURSIVE walk(depth, {COLUMNS}) AS (
+            SELECT 0, {columns} FROM {table} AS r
+            WHERE r.tenant = {tenant} AND r.id = {response_id} AND r.created_at >= {cutoff}
+            UNION ALL
+            SELECT walk.depth + 1, {columns}
+            FROM walk JOIN {table} AS r ON r.tenant = walk.tenant AND r.id = walk.previous_id
+            WHERE walk.depth < {max_turns} AND r.created_at >= {cutoff}
+        )
+        SELECT {COLUMNS} FROM walk ORDER BY depth
+    """
+
+
+def evict_sql(table: str, cap: str) -> str:
+    """Delete the oldest rows while all rows together are over ``cap`` bytes.
+
+    Summing sizes from the newest row down, every row from the one that crosses the cap on
+    is deleted: the same rows as deleting oldest-first until the total fits.
+    """
+    return f"""
+        DELETE FROM {table} WHERE (tenant, id) IN (
+            SELECT tenant, id FROM (
+                SELECT tenant, id, SUM(size_bytes) OVER (
+                    ORDER BY created_at DESC, tenant DESC, id DESC
+                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+                ) AS kept
+                FROM {table}
+            ) AS ranked
+            WHERE kept > {cap}
+        )
+    """

@@ -1,0 +1,233 @@
+"""A streamed chat completion retold as the Responses API's event sequence.
+
+The chat pipeline streams chunks (``api/responses.py`` ``ChatChunkBuilder``): reasoning,
+content and tool-call deltas, a finish reason, then usage. :class:`EventWriter` turns them
+into OpenAI's events, the ones ``client.responses.stream(...)`` accumulates:
+
+    response.created, response.in_progress,
+    per output item: response.output_item.added,
+        message:   response.content_part.added, response.output_text.delta…,
+                   response.output_text.done, response.content_part.done
+        reasoning: response.content_part.added, response.reasoning_text.delta…,
+                   response.reasoning_text.done, response.content_part.done
+        call:      response.function_call_arguments.delta…, …arguments.done
+    response.output_item.done,
+    then response.completed (or response.incomplete, or response.failed).
+
+Every event carries a ``sequence_number`` counting from 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tandem.errors import TandemError
+from tandem.gateway.responses.items import new_item_id
+from tandem.gateway.responses.objects import (
+    Answer,
+    CountTokens,
+    ResponseHeader,
+    call_item,
+    failed,
+    finished,
+    message_item,
+    output_text_part,
+    reasoning_item,
+)
+
+
+class _Open:
+    """The output item being streamed: its kind, id, position and text so far."""
+
+    def __init__(self, kind: str, index: int, call: tuple[str, str] | None = None) -> None:
+        self.kind = kind  # "message" | "reasoning" | "function_call"
+        self.id = new_item_id(kind)
+        self.index = index
+        self.call = call  # (call id, name) of a function call
+        self.text: list[str] = []
+        self.logprobs: list[dict[str, Any]] = []
+
+
+class EventWriter:
+    def __init__(self, header: ResponseHeader, count: CountTokens) -> None:
+        self.header = header
+        self.count = count
+        self.sequence = 0
+        self.output: list[dict[str, Any]] = []  # finished items, in order
+        self.open: _Open | None = None
+        self.calls: dict[int, _Open] = {}  # chat tool-call index -> its item
+        self.answer = Answer()
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": kind, **fields, "sequence_number": self.sequence}
+        self.sequence += 1
+        return event
+
+    def start(self) -> list[dict[str, Any]]:
+        snapshot = self.header.envelope("in_progress", [])
+        return [
+            self._event("response.created", response=snapshot),
+            self._event("response.in_progress", response=snapshot),
+        ]
+
+    def push(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        """The events of one chat chunk."""
+        if chunk.get("usage"):
+            self.answer.usage = chunk["usage"]
+        events: list[dict[str, Any]] = []
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("reasoning_content"):
+                events += self._text("reasoning", delta["reasoning_content"], [])
+            logprobs = (choice.get("logprobs") or {}).get("content") or []
+            if delta.get("content") or logprobs:
+                events += self._text("message", delta.get("content") or "", logprobs)
+            for call in delta.get("tool_calls") or []:
+                events += self._call(call)
+            if choice.get("finish_reason"):
+                self.answer.finish_reason = choice["finish_reason"]
+        return events
+
+    def _text(self, kind: str, text: str, logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        events = [] if self.open and self.open.kind == kind else self._switch(kind)
+        item = self.open
+        assert item is not None
+        item.text.append(text)
+        item.logprobs += logprobs
+        if kind == "message":
+            events.append(
+                self._event(
+                    "response.output_text.delta",
+                    item_id=item.id,
+                    output_index=item.index,
+                    content_index=0,
+                    delta=text,
+                    logprobs=logprobs,
+                )
+            )
+        else:
+            events.append(
+                self._event(
+                    "response.reasoning_text.delta",
+                    item_id=item.id,
+                    output_index=item.index,
+                    content_index=0,
+                    delta=text,
+                )
+            )
+        return events
+
+    def _call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+        function = call.get("function") or {}
+        events: list[dict[str, Any]] = []
+        if "id" in call:  # a call's first delta: id and name
+            events += self._close()
+            call_id, name = call["id"], function.get("name", "")
+            started = _Open("function_call", len(self.output), (call_id, name))
+            self.open = self.calls[call["index"]] = started
+            added = call_item(started.id, "in_progress", call_id, name, "")
+            events.append(
+                self._event("response.output_item.added", output_index=started.index, item=added)
+            )
+        item = self.calls.get(call.get("index", -1))
+        piece = function.get("arguments") or ""
+        if item is not None and piece:
+            item.text.append(piece)
+            events.append(
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=item.id,
+                    output_index=item.index,
+                    delta=piece,
+                )
+            )
+        return events
+
+    def _switch(self, kind: str) -> list[dict[str, Any]]:
+        events = self._close()
+        item = self.open = _Open(kind, len(self.output))
+        if kind == "message":
+            added = message_item(item.id, "in_progress", [])
+            part = output_text_part("", [])
+        else:
+            added = reasoning_item(item.id, None)
+            part = {"type": "reasoning_text", "text": ""}
+        events.append(
+            self._event("response.output_item.added", output_index=item.index, item=added)
+        )
+        events.append(
+            self._event(
+                "response.content_part.added",
+                item_id=item.id,
+                output_index=item.index,
+                content_index=0,
+                part=part,
+            )
+        )
+        return events
+
+    def _close(self, status: str = "completed") -> list[dict[str, Any]]:
+        item, self.open = self.open, None
+        if item is None:
+            return []
+        text = "".join(item.text)
+        where = {"item_id": item.id, "output_index": item.index}
+        events = []
+        if item.kind == "function_call":
+            call_id, name = item.call  # type: ignore[misc]
+            done = call_item(item.id, status, call_id, name, text)
+            self.answer.calls.append((call_id, name, text))
+            events.append(
+                self._event(
+                    "response.function_call_arguments.done", **where, arguments=text, name=name
+                )
+            )
+        elif item.kind == "message":
+            part = output_text_part(text, item.logprobs)
+            done = message_item(item.id, status, [part])
+            self.answer.content += text
+            events.append(
+                self._event(
+                    "response.output_text.done",
+                    **where,
+                    content_index=0,
+                    text=text,
+                    logprobs=item.logprobs,
+                )
+            )
+            events.append(
+                self._event("response.content_part.done", **where, content_index=0, part=part)
+            )
+        else:
+            done = reasoning_item(item.id, text)
+            self.answer.reasoning = (self.answer.reasoning or "") + text
+            events.append(
+                self._event("response.reasoning_text.done", **where, content_index=0, text=text)
+            )
+            part = {"type": "reasoning_text", "text": text}
+            events.append(
+                self._event("response.content_part.done", **where, content_index=0, part=part)
+            )
+        self.output.append(done)
+        events.append(self._event("response.output_item.done", output_index=item.index, item=done))
+        return events
+
+    def _part_done(self, where: dict[str, Any], part: dict[str, Any]) -> dict[str, Any]:
+        return self._event("response.content_part.done", **where, content_index=0, part=part)
+
+    def finish(self) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The closing events and the final Response (to store before it is sent)."""
+        events: list[dict[str, Any]] = []
+        if not self.output and self.open is None:
+            events += self._switch("message")  # an empty answer is still one message
+        cut = self.answer.finish_reason == "length"
+        events += self._close("incomplete" if cut else "completed")
+        body = finished(self.header, self.answer, self.output, self.count)
+        kind = "response.incomplete" if cut else "response.completed"
+        return [*events, self._event(kind, response=body)], body
+
+    def fail(self, err: TandemError) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The failure event and the failed Response (the items that finished, kept)."""
+        self.open = None
+        body = failed(self.header, err, self.output)
+        return [self._event("response.failed", response=body)], body

@@ -1,0 +1,239 @@
+"""``POST /tokenize`` and ``POST /detokenize`` (also under ``/v1``), in vLLM's shapes.
+
+The gateway answers both itself, with the tokenizer, chat template and image processor it
+serves the model with; no worker is called. A chat request's tokens are the ones the chat
+route would send a worker: the same template rendering and tokenization
+(``pipeline/prompt.py``), and each image's anchor expanded to the image's own token run by
+the router path's processing (fetched under the gateway's media policy, decoded,
+preprocessed, counted; the pixels are dropped). See docs/operations.md, "Tokenize and
+detokenize".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from tandem.errors import TandemError, make_error
+from tandem.gateway.api.responses import error_response, json_response
+from tandem.gateway.api.tokenize_schemas import (
+    TokenizeChatRequest,
+    TokenizePromptRequest,
+    parse_detokenize_request,
+    parse_tokenize_request,
+)
+from tandem.gateway.inbound import HttpInbound
+from tandem.gateway.model import ModelHandle
+from tandem.gateway.multimodal.plan import check_anchors, plan_images
+from tandem.gateway.multimodal.process import process_images
+from tandem.gateway.pipeline.prompt import INLINE_PROMPT_CHARS
+from tandem.gateway.pipeline.run import ClientGone
+from tandem.gateway.state import GatewayState
+from tandem.models.chat import ChatTemplateError
+from tandem.models.placeholders import expand_placeholders
+
+log = logging.getLogger("tandem.gateway")
+T = TypeVar("T")
+
+TOKENIZE_PATHS = ("/tokenize", "/v1/tokenize")
+DETOKENIZE_PATHS = ("/detokenize", "/v1/detokenize")
+# Token ids a detokenize request decodes on the event loop; more go to a thread.
+INLINE_DECODE_TOKENS = 4096
+
+
+def tokenize_routes(state: GatewayState) -> list[Route]:
+    async def tokenize(request: Request) -> Response:
+        return await _answer(request, lambda inbound: _tokenize(state, inbound))
+
+    async def detokenize(request: Request) -> Response:
+        return await _answer(request, lambda inbound: _detokenize(state, inbound))
+
+    return [
+        *(Route(path, tokenize, methods=["POST"]) for path in TOKENIZE_PATHS),
+        *(Route(path, detokenize, methods=["POST"]) for path in DETOKENIZE_PATHS),
+    ]
+
+
+async def _answer(request: Request, work: Callable[[HttpInbound], Any]) -> Response:
+    try:
+        return json_response(await work(HttpInbound(request)))
+    except TandemError as err:
+        return error_response(err)
+    except ClientGone:
+        return Response(status_code=499)  # nobody reads it
+    except Exception:
+        log.exception("unexpected failure on %s", request.url.path)
+        return error_response(make_error("internal_error", "internal error; see the gateway log"))
+
+
+async def _served_model(state: GatewayState, name: str | None) -> ModelHandle:
+    model = await state.ensure_model()
+    if model is None:
+        raise make_error("no_available_workers", "no worker is registered yet")
+    if name is not None and name != model.model_id:
+        raise make_error("model_not_found", f"model {name!r} is not served here", param="model")
+    return model
+
+
+async def _off_loop_if(big: bool, work: Callable[[], T]) -> T:
+    # Rendering, encoding and decoding cost about a microsecond a character: small inputs
+    # stay on the event loop (a thread hop costs more), large ones leave it free.
+    return await asyncio.to_thread(work) if big else work()
+
+
+async def _tokenize(state: GatewayState, inbound: HttpInbound) -> dict[str, Any]:
+    config = state.config
+    body = parse_tokenize_request(await inbound.read_body(config.max_payload_size))
+    model = await _served_model(state, body.model)
+    if isinstance(body, TokenizePromptRequest):
+        text = body.prompt
+        ids = await _off_loop_if(
+            len(text) > INLINE_PROMPT_CHARS,
+            lambda: model.tokenizer.encode(text, add_special_tokens=body.add_special_tokens).ids,
+        )
+    else:
+        ids = await _off_loop_if(
+            _chat_chars(body) > INLINE_PROMPT_CHARS, lambda: chat_prompt_ids(model, body)
+        )
+        urls = body.image_urls()
+        if urls:
+            ids = await inbound.until_disconnect(expand_images(state, model, ids, urls))
+    strings = None
+    if body.return_token_strs:
+        # vLLM's token_strs: each id's vocabulary entry (e.g. "Ġworld"), not decoded text.
+        strings = [model.tokenizer.id_to_token(token) or "" for token in ids]
+    return {
+        "count": len(ids),
+        "max_model_len": model.info.max_context,
+        "tokens": ids,
+        "token_strs": strings,
+    }
+
+
+def _chat_chars(body: TokenizeChatRequest) -> int:
+    total = 0
+    for message in body.messages:
+        content = message.content
+        if isinstance(content, str):
+            total += len(content)
+        elif content:
+            total += sum(len(getattr(part, "text", "")) for part in content)
+    return total
+
+
+def chat_prompt_ids(model: ModelHandle, body: TokenizeChatRequest) -> list[int]:
+    """The conversation rendered and tokenized as the chat route does (pipeline/prompt.py)."""
+    tools = body.template_tools()
+    if tools is not None and not model.template.renders_tools:
+        raise make_error(
+            "unsupported_parameter",
+            f"the chat template of {model.model_id} does not render tools: remove 'tools'",
+            param="tools",
+        )
+    try:
+        text = model.template.render(
+            body.template_messages(), body.add_generation_prompt, tools=tools
+        )
+    except ChatTemplateError as exc:
+        raise make_error("invalid_request", f"chat template: {exc}", param="messages") from None
+    if body.continue_final_message:
+        text = open_final_message(text, body.final_text())
+    return model.tokenizer.encode(text, add_special_tokens=body.add_special_tokens).ids
+
+
+def open_final_message(rendered: str, final: str | None) -> str:
+    """The rendered chat cut right after the final message's text, so that the model
+    continues that message instead of ending it (what transformers and vLLM do).
+
+    The cut is at the last place the message's text appears; the message's trailing
+    whitespace is kept where the template kept it.
+    """
+    if final is None:
+        raise make_error(
+            "invalid_request",
+            "continue_final_message needs a final message with text content to continue",
+            param="messages",
+        )
+    core = final.strip()
+    at = rendered.rfind(core)
+    if at < 0:
+        raise make_error(
+            "invalid_request",
+            "continue_final_message: the model's chat template does not render the final "
+            "message's text as written, so the message cannot be left open",
+            param="continue_final_message",
+        )
+    return rendered[: at + (len(final) if rendered.startswith(final, at) else len(core))]
+
+
+async def expand_images(
+    state: GatewayState, model: ModelHandle, ids: list[int], urls: list[str]
+) -> list[int]:
+    """``ids`` with each image's anchor expanded to that image's token run.
+
+    The checks, the fetch and the processing are the router path's
+    (``pipeline/media.py``): the same refusals, the in-flight image budget charged while
+    the images are decoded, within ``--request-timeout-secs``. The request holds an
+    admission slot meanwhile, as a generation request fetching images does.
+    """
+    config = state.config
+    if model.processor is None:
+        raise make_error(
+            "invalid_multimodal_request", f"model {model.model_id!r} does not take images"
+        )
+    workers = state.registry.workers(model_id=model.model_id)
+    if workers and all(w.language_model_only for w in workers):
+        raise make_error(
+            "multimodal_not_supported",
+            f"image input is not supported by model {model.model_id!r}: its workers run as "
+            "a language model only, without a vision encoder",
+        )
+    plan = plan_images(urls, config.mm_per_request_image_limit)
+    check_anchors(ids, model.info, len(plan))
+    timeout = config.request_timeout_s
+    slot = await state.admission.acquire(timeout)
+    lease = state.pixel_budget.lease()
+    try:
+        async with asyncio.timeout(timeout):
+            processed = await process_images(
+                plan, model.info, model.processor, config.media, lease=lease
+            )
+    except TimeoutError:
+        raise make_error(
+            "request_timeout", f"images not processed within --request-timeout-secs={timeout}"
+        ) from None
+    finally:
+        lease.release()
+        slot.release()
+    processed.pixel_values = None  # only the counts are needed
+    info = model.info
+    expanded, _ = expand_placeholders(
+        ids, info.anchor_token_id, processed.tokens_per_image, info.image_token_id
+    )
+    return expanded
+
+
+async def _detokenize(state: GatewayState, inbound: HttpInbound) -> dict[str, Any]:
+    body = parse_detokenize_request(await inbound.read_body(state.config.max_payload_size))
+    model = await _served_model(state, body.model)
+    tokenizer = model.tokenizer
+    unknown = [token for token in body.tokens if tokenizer.id_to_token(token) is None]
+    if unknown:
+        raise make_error(
+            "invalid_request",
+            f"token ids {unknown[:5]} are outside the vocabulary "
+            f"({tokenizer.get_vocab_size(with_added_tokens=True)} tokens)",
+            param="tokens",
+        )
+    tokens = body.tokens
+    text = await _off_loop_if(
+        len(tokens) > INLINE_DECODE_TOKENS,
+        lambda: tokenizer.decode(tokens, skip_special_tokens=False),
+    )
+    return {"prompt": text}

@@ -1,0 +1,132 @@
+"""The Responses event sequence, fed to the openai SDK's own stream accumulator.
+
+``ResponseStreamState`` is what ``client.responses.stream(...)`` runs over the events it
+receives: if our sequence breaks its rules (an item before ``response.created``, a delta
+for an unknown index, a completed response with unfinished items) it raises, and its final
+response must hold what the chat chunks said.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from openai import omit
+from openai._models import construct_type_unchecked
+from openai.lib.streaming.responses._responses import ResponseStreamState
+from openai.types.responses import ResponseStreamEvent
+
+from tandem.errors import make_error
+from tandem.gateway.api.responses import ChatChunkBuilder, Usage
+from tandem.gateway.responses.objects import ResponseHeader
+from tandem.gateway.responses.request import parse_responses_request
+from tandem.gateway.responses.stream import EventWriter
+
+
+def writer(**fields: Any) -> EventWriter:
+    body = {"model": "m", "input": "hi", **fields}
+    import json
+
+    request = parse_responses_request(json.dumps(body))
+    header = ResponseHeader("resp_1", 0, "m", request, stored=True)
+    return EventWriter(header, lambda text: len(text))
+
+
+def replay(events: list[dict[str, Any]]) -> Any:
+    """Run the SDK's accumulator over our events; its final response."""
+    state: ResponseStreamState[Any] = ResponseStreamState(input_tools=omit, text_format=omit)
+    for event in events:
+        parsed = construct_type_unchecked(type_=ResponseStreamEvent, value=event)  # type: ignore[arg-type]
+        state.handle_event(parsed)
+    return state._completed_response
+
+
+def run(w: EventWriter, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    events = w.start()
+    for chunk in chunks:
+        events += w.push(chunk)
+    closing, _ = w.finish()
+    return events + closing
+
+
+B = ChatChunkBuilder("chatcmpl-1", "m", 0, include_usage=True)
+
+
+def test_text_stream_accumulates_to_the_same_text() -> None:
+    logprobs = {
+        "content": [{"token": "He", "logprob": -0.5, "bytes": [72, 101], "top_logprobs": []}]
+    }
+    chunks = [
+        B.start(0),
+        B.delta(0, "He", logprobs),
+        B.delta(0, "llo"),
+        B.finish(0, "stop"),
+        B.usage(Usage(5, 2, 3)),
+    ]
+    events = run(writer(), chunks)
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    final = replay(events)
+    assert final.output_text == "Hello"
+    assert final.status == "completed"
+    assert final.usage.input_tokens == 5 and final.usage.input_tokens_details.cached_tokens == 3
+    assert final.output[0].content[0].logprobs[0].token == "He"
+    assert events[-1]["type"] == "response.completed"
+
+
+def test_reasoning_then_text_then_calls_are_separate_items() -> None:
+    chunks = [
+        B.start(0),
+        B.reasoning(0, "think"),
+        B.reasoning(0, "ing"),
+        B.delta(0, "Let me check."),
+        B.call_start(0, 0, "call_a", "get_weather"),
+        B.call_arguments(0, 0, '{"city":'),
+        B.call_arguments(0, 0, '"Paris"}'),
+        B.call_start(0, 1, "call_b", "get_time"),
+        B.call_arguments(0, 1, "{}"),
+        B.finish(0, "tool_calls"),
+        B.usage(Usage(5, 9)),
+    ]
+    w = writer()
+    final = replay(run(w, chunks))
+    kinds = [item.type for item in final.output]
+    assert kinds == ["reasoning", "message", "function_call", "function_call"]
+    assert final.output[0].content[0].text == "thinking"
+    assert final.output[2].arguments == '{"city":"Paris"}' and final.output[2].call_id == "call_a"
+    assert final.output[3].name == "get_time"
+    assert final.usage.output_tokens_details.reasoning_tokens == len("thinking")
+
+
+def test_a_cut_answer_ends_incomplete() -> None:
+    events = run(writer(max_output_tokens=2), [B.start(0), B.delta(0, "ab"), B.finish(0, "length")])
+    assert events[-1]["type"] == "response.incomplete"
+    body = events[-1]["response"]
+    assert body["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert body["output"][0]["status"] == "incomplete"
+
+
+def test_an_empty_answer_is_one_empty_message() -> None:
+    final = replay(run(writer(), [B.start(0), B.finish(0, "stop")]))
+    assert [item.type for item in final.output] == ["message"]
+    assert final.output_text == ""
+
+
+def test_a_failure_keeps_the_finished_items() -> None:
+    w = writer()
+    events = w.start() + w.push(B.delta(0, "partial"))
+    closing, body = w.fail(make_error("decode_stream_error", "decode worker died"))
+    assert closing[0]["type"] == "response.failed"
+    assert body["status"] == "failed" and body["error"]["code"] == "decode_stream_error"
+    assert closing[0]["sequence_number"] == events[-1]["sequence_number"] + 1
+
+
+@pytest.mark.parametrize("stored", [True, False])
+def test_envelope_reports_the_request(stored: bool) -> None:
+    import json
+
+    request = parse_responses_request(
+        json.dumps({"model": "m", "input": "x", "metadata": {"a": "b"}, "top_logprobs": 2})
+    )
+    body = ResponseHeader("resp_2", 7, "m", request, stored).envelope("completed", [])
+    assert body["store"] is stored and body["metadata"] == {"a": "b"}
+    assert body["top_logprobs"] == 2 and body["tool_choice"] == "none"
