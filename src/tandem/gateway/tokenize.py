@@ -32,10 +32,9 @@ from tandem.gateway.inbound import HttpInbound
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.multimodal.plan import check_anchors, plan_images
 from tandem.gateway.multimodal.process import process_images
-from tandem.gateway.pipeline.prompt import INLINE_PROMPT_CHARS
+from tandem.gateway.pipeline.prompt import INLINE_PROMPT_CHARS, render_chat
 from tandem.gateway.pipeline.run import ClientGone
 from tandem.gateway.state import GatewayState
-from tandem.models.chat import ChatTemplateError
 from tandem.models.placeholders import expand_placeholders
 
 log = logging.getLogger("tandem.gateway")
@@ -129,19 +128,9 @@ def _chat_chars(body: TokenizeChatRequest) -> int:
 
 def chat_prompt_ids(model: ModelHandle, body: TokenizeChatRequest) -> list[int]:
     """The conversation rendered and tokenized as the chat route does (pipeline/prompt.py)."""
-    tools = body.template_tools()
-    if tools is not None and not model.template.renders_tools:
-        raise make_error(
-            "unsupported_parameter",
-            f"the chat template of {model.model_id} does not render tools: remove 'tools'",
-            param="tools",
-        )
-    try:
-        text = model.template.render(
-            body.template_messages(), body.add_generation_prompt, tools=tools
-        )
-    except ChatTemplateError as exc:
-        raise make_error("invalid_request", f"chat template: {exc}", param="messages") from None
+    text = render_chat(
+        model, body.template_messages(), body.template_tools(), body.add_generation_prompt
+    )
     if body.continue_final_message:
         text = open_final_message(text, body.final_text())
     return model.tokenizer.encode(text, add_special_tokens=body.add_special_tokens).ids

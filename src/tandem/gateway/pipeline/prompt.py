@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from tandem.errors import make_error
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from tandem.gateway.api.schemas_chat import TextPart
 from tandem.gateway.context import RequestContext
+from tandem.gateway.model import ModelHandle
 from tandem.models.chat import ChatTemplateError
 
 # Rendering and tokenizing cost roughly a microsecond per character. Up to this many
@@ -38,22 +40,31 @@ def prompt_chars(body: ChatCompletionRequest | CompletionRequest) -> int:
     return len(body.prompt)
 
 
+def render_chat(
+    model: ModelHandle,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    add_generation_prompt: bool = True,
+) -> str:
+    """The conversation as the model's chat template writes it (also for /tokenize)."""
+    if tools is not None and not model.template.renders_tools:
+        # The model would never see the tools: refuse rather than answer as if it had.
+        raise make_error(
+            "unsupported_parameter",
+            f"the chat template of {model.model_id} does not render tools: remove 'tools'",
+            param="tools",
+        )
+    try:
+        return model.template.render(messages, add_generation_prompt, tools=tools)
+    except ChatTemplateError as exc:
+        raise make_error("invalid_request", f"chat template: {exc}", param="messages") from None
+
+
 def build_prompt(ctx: RequestContext) -> None:
     model = ctx.model
     body = ctx.body
     if isinstance(body, ChatCompletionRequest):
-        tools = body.template_tools()
-        if tools is not None and not model.template.renders_tools:
-            # The model would never see the tools: refuse rather than answer as if it had.
-            raise make_error(
-                "unsupported_parameter",
-                f"the chat template of {model.model_id} does not render tools: remove 'tools'",
-                param="tools",
-            )
-        try:
-            ctx.prompt_text = model.template.render(body.template_messages(), True, tools=tools)
-        except ChatTemplateError as exc:
-            raise make_error("invalid_request", f"chat template: {exc}", param="messages") from None
+        ctx.prompt_text = render_chat(model, body.template_messages(), body.template_tools())
         ctx.prompt_ids = model.encode(ctx.prompt_text)
         ctx.image_urls = body.image_urls()
     elif isinstance(body.prompt, str):

@@ -53,16 +53,6 @@ def _message(role: str, content: list[dict[str, Any]]) -> dict[str, Any]:
     return {"type": "message", "id": new_item_id("message"), "role": role, "content": content}
 
 
-def image_urls(items: list[dict[str, Any]]) -> list[str]:
-    """Every image URL the items carry, in order (for the stored-size bound)."""
-    urls = []
-    for item in items:
-        content = item.get("content") if item["type"] == "message" else item.get("output")
-        if isinstance(content, list):
-            urls += [p["image_url"] for p in content if p.get("type") == "input_image"]
-    return urls
-
-
 def chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Normalized items (stored or new) as chat messages, in conversation order.
 
