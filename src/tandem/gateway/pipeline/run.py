@@ -179,10 +179,13 @@ class Pipeline:
         await prepare_prompt(ctx)
         ctx.shaping = shaping_plan(ctx, self.config)
         build_wire_request(ctx)
+        if not ctx.image_urls:
+            return ctx  # no media stage: no task or timer for a text request
         workers = state.registry.workers(model_id=model.model_id)
         timeout = self.config.request_timeout_s
         try:
-            await asyncio.wait_for(prepare_media(ctx, self.config, workers, lease), timeout)
+            async with asyncio.timeout(timeout):
+                await prepare_media(ctx, self.config, workers, lease)
         except TimeoutError:
             raise make_error(
                 "request_timeout", f"media not ready within --request-timeout-secs={timeout}"
