@@ -6,8 +6,16 @@ keep-alive connections; responses are read by Content-Length or chunked framing,
 generator spends little CPU per request. Latency is request written → last byte read.
 Loopback only.
 
-Spec: ``{"port", "path", "body" (file of the JSON body), "mode": "closed"|"open",
-"concurrency", "rate", "duration_s", "max_requests", "timeout_s", "max_outstanding"}``.
+Spec: ``{"port", "path", "body" (file of the JSON body), "mode": "closed"|"open"|"chat",
+"concurrency", "rate", "duration_s", "max_requests", "timeout_s", "max_outstanding",
+"sse_timing", "chat"}``.
+
+Every image placeholder in a body (``bench.fresh``) is replaced per request, so no two
+requests send the same image bytes. ``sse_timing`` times the content events of streamed
+answers (``bench.stream_timing``). Mode ``chat`` runs multi-turn image conversations
+(``bench.chat_turns``) in a closed loop; ``chat`` is ``{"jpegs": [files], "turns", "seed",
+"model", "max_tokens", "prompt"}``. Run it as ``python -m bench.loadgen SPEC`` from the
+repository root.
 """
 
 from __future__ import annotations
@@ -19,6 +27,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import chat_turns, fresh, stream_timing
+from bench.loadgen_stats import percentile
+
 HOST = "127.0.0.1"
 
 
@@ -27,6 +38,7 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     sent: int = 0
+    streams: list[dict] = field(default_factory=list)  # filled when timing SSE events
 
     def error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
@@ -46,7 +58,10 @@ class Pool:
         self.idle.append(conn)
 
 
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]:
+async def read_response(
+    reader: asyncio.StreamReader, chunks: list[tuple[float, bytes]] | None = None
+) -> tuple[int, bytes, bool]:
+    """Status, body and keep-alive of one response; ``chunks`` gets (arrival, data) pairs."""
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split(" ", 2)[1])
@@ -63,24 +78,35 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes, bool]
                 return status, b"".join(parts), keep
             data = await reader.readexactly(size + 2)
             parts.append(data[:-2])
+            if chunks is not None:
+                chunks.append((time.perf_counter(), data[:-2]))
     return status, await reader.read(), False
 
 
-async def one(pool: Pool, payload: bytes, stream: bool, result: Result, timeout: float) -> None:
+async def one(
+    pool: Pool,
+    payload: bytes,
+    stream: bool,
+    result: Result,
+    timeout: float,
+    timing: bool = False,
+) -> bytes | None:
+    """One request; its body when it succeeded, else None (the error is counted)."""
     conn = None
+    chunks: list[tuple[float, bytes]] | None = [] if timing and stream else None
     start = time.perf_counter()
     try:
         conn = await asyncio.wait_for(pool.get(), timeout)
         conn[1].write(payload)
-        status, body, keep = await asyncio.wait_for(read_response(conn[0]), timeout)
+        status, body, keep = await asyncio.wait_for(read_response(conn[0], chunks), timeout)
     except TimeoutError:
         result.error("timeout")
         _close(conn)
-        return
+        return None
     except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
         result.error(type(exc).__name__)
         _close(conn)
-        return
+        return None
     elapsed = time.perf_counter() - start
     if keep:
         pool.put(conn)
@@ -92,6 +118,11 @@ async def one(pool: Pool, payload: bytes, stream: bool, result: Result, timeout:
         result.error("stream_incomplete")
     else:
         result.latencies.append(elapsed)
+        if chunks is not None:
+            figures = stream_timing.stream_figures(start, stream_timing.content_times(chunks))
+            result.streams.append(figures)
+        return body
+    return None
 
 
 def _close(conn) -> None:
@@ -99,33 +130,74 @@ def _close(conn) -> None:
         conn[1].close()
 
 
-def build_payload(spec: dict) -> tuple[bytes, bool]:
-    body = Path(spec["body"]).read_bytes()
-    stream = bool(json.loads(body).get("stream"))
+def request_bytes(body: bytes, path: str = "/v1/chat/completions") -> bytes:
     head = (
-        f"POST {spec.get('path', '/v1/chat/completions')} HTTP/1.1\r\nHost: {HOST}\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
-    return head.encode() + body, stream
+    return head.encode() + body
 
 
-async def closed(spec: dict, pool: Pool, payload: bytes, stream: bool, result: Result) -> None:
+def build_payload(spec: dict) -> tuple[fresh.Splicer, bool]:
+    """Payloads whose image placeholders get a new tag per request, and whether it streams."""
+    body = Path(spec["body"]).read_bytes()
+    stream = bool(json.loads(body).get("stream"))
+    path = spec.get("path", "/v1/chat/completions")
+    return fresh.Splicer(request_bytes(body, path)), stream
+
+
+async def closed(
+    spec: dict, pool: Pool, payloads: fresh.Splicer, stream: bool, result: Result
+) -> None:
     deadline = time.perf_counter() + spec["duration_s"]
     budget = [spec.get("max_requests", 10**9)]
+    timing = bool(spec.get("sse_timing"))
 
     async def loop() -> None:
         while time.perf_counter() < deadline and budget[0] > 0:
             budget[0] -= 1
             result.sent += 1
-            await one(pool, payload, stream, result, spec["timeout_s"])
+            await one(pool, payloads.next(), stream, result, spec["timeout_s"], timing)
 
     await asyncio.gather(*(loop() for _ in range(spec["concurrency"])))
 
 
-async def open_loop(spec: dict, pool: Pool, payload: bytes, stream: bool, result: Result) -> None:
+async def chat(spec: dict, pool: Pool, result: Result) -> None:
+    """Closed loop of multi-turn conversations: each worker runs one conversation's turns in
+    order (a turn waits for the previous answer), then starts the next conversation."""
+    conf = spec["chat"]
+    rests = [fresh.rest_b64(Path(p).read_bytes()) for p in conf["jpegs"]]
+    nonce = fresh.new_nonce()
+    deadline = time.perf_counter() + spec["duration_s"]
+    next_conv = [0]
+    result.errors["_conversations"] = 0
+
+    async def loop() -> None:
+        while time.perf_counter() < deadline:
+            conv = chat_turns.plan(next_conv[0], conf.get("turns", 3), conf.get("seed", 0))
+            next_conv[0] += 1
+            for turn in range(conv.turns):
+                if time.perf_counter() >= deadline:
+                    return
+                payload = request_bytes(chat_turns.body(conv, turn, rests, nonce, conf))
+                result.sent += 1
+                answer = await one(pool, payload, False, result, spec["timeout_s"])
+                if answer is None:
+                    break  # the history would be wrong; start a new conversation
+                conv.replies.append(chat_turns.reply_text(answer))
+            else:
+                result.errors["_conversations"] += 1
+
+    await asyncio.gather(*(loop() for _ in range(spec["concurrency"])))
+
+
+async def open_loop(
+    spec: dict, pool: Pool, payloads: fresh.Splicer, stream: bool, result: Result
+) -> None:
     interval = 1.0 / spec["rate"]
     total = min(int(spec["rate"] * spec["duration_s"]), spec.get("max_requests", 10**9))
     cap = spec.get("max_outstanding", 512)
+    timing = bool(spec.get("sse_timing"))
     tasks: set[asyncio.Task] = set()
     start = time.perf_counter()
     for i in range(total):
@@ -136,7 +208,9 @@ async def open_loop(spec: dict, pool: Pool, payload: bytes, stream: bool, result
             result.error("overload_outstanding_cap")
             continue
         result.sent += 1
-        task = asyncio.create_task(one(pool, payload, stream, result, spec["timeout_s"]))
+        task = asyncio.create_task(
+            one(pool, payloads.next(), stream, result, spec["timeout_s"], timing)
+        )
         tasks.add(task)
         task.add_done_callback(tasks.discard)
     send_elapsed = time.perf_counter() - start
@@ -145,26 +219,28 @@ async def open_loop(spec: dict, pool: Pool, payload: bytes, stream: bool, result
         await asyncio.wait(tasks, timeout=spec["timeout_s"] + 1)
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 async def main(spec: dict) -> dict:
-    payload, stream = build_payload(spec)
     pool, result = Pool(spec["port"]), Result()
     started = time.perf_counter()
-    if spec["mode"] == "closed":
-        await closed(spec, pool, payload, stream, result)
+    if spec["mode"] == "chat":
+        await chat(spec, pool, result)
     else:
-        await open_loop(spec, pool, payload, stream, result)
+        payloads, stream = build_payload(spec)
+        if spec["mode"] == "closed":
+            await closed(spec, pool, payloads, stream, result)
+        else:
+            await open_loop(spec, pool, payloads, stream, result)
     wall = time.perf_counter() - started
     for _, writer in pool.idle:
         writer.close()
     send_ms = result.errors.pop("_send_elapsed_ms", None)
+    conversations = result.errors.pop("_conversations", None)
     ok = len(result.latencies)
+    extra: dict = {}
+    if spec.get("sse_timing"):
+        extra["stream_timing"] = stream_timing.summarise(result.streams)
+    if conversations is not None:
+        extra["conversations_completed"] = conversations
     return {
         "mode": spec["mode"],
         "concurrency": spec.get("concurrency"),
@@ -179,6 +255,7 @@ async def main(spec: dict) -> dict:
         "p50_ms": _ms(percentile(result.latencies, 0.50)),
         "p99_ms": _ms(percentile(result.latencies, 0.99)),
         "mean_ms": _ms(sum(result.latencies) / ok if ok else None),
+        **extra,
     }
 
 

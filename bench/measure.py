@@ -14,21 +14,22 @@ import grpc
 from bench.procs import Proc, cpu_seconds, http_get
 from tandem.hostport import split_url
 
-LOADGEN = Path(__file__).with_name("loadgen.py")
+ROOT = Path(__file__).resolve().parents[1]  # the load generator runs as ``-m bench.loadgen``
 P99_FACTOR = 5.0  # a rate passes while p99 < 5 x idle p99 ...
 MAX_ERROR_RATE = 0.001  # ... and errors < 0.1 %
 
 
-def loadgen(cpus: str, port: int, body: Path, **spec) -> dict:
+def loadgen_argv(cpus: str, port: int, body: Path | None, **spec) -> tuple[list[str], float]:
+    """The command line of one load-generator run, and how long to let it take at most."""
     spec = {"port": port, "body": str(body), "timeout_s": 15.0, **spec}
     limit = spec.get("duration_s", 5) + spec["timeout_s"] + 30
-    out = subprocess.run(
-        ["taskset", "-c", cpus, sys.executable, str(LOADGEN), json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        timeout=limit,
-        check=True,
-    )
+    argv = ["taskset", "-c", cpus, sys.executable, "-m", "bench.loadgen", json.dumps(spec)]
+    return argv, limit
+
+
+def loadgen(cpus: str, port: int, body: Path | None, **spec) -> dict:
+    argv, limit = loadgen_argv(cpus, port, body, **spec)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=limit, check=True, cwd=ROOT)
     return json.loads(out.stdout)
 
 
@@ -54,7 +55,7 @@ def _snapshot(gateway: Proc, workers: dict[str, Proc]) -> dict:
         "worker_cpu": sum(cpu_seconds(w.pid) for w in workers.values()),
         "legs": {role: s.get("leg_bytes", {}) for role, s in stats.items()},
         "worker_media": sum(s.get("media_items_processed", 0) for s in stats.values()),
-        "gw_media": tandem_mm_items(gateway) if gateway.name == "tandem" else None,
+        "gw_media": tandem_mm_items(gateway) if gateway.name.startswith("tandem") else None,
     }
 
 

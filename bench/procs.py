@@ -168,20 +168,30 @@ def pd_or_agg(urls: dict[str, str], scheme: str = "") -> list[str]:
     return ["--pd-disaggregation", "--prefill", prefill, "--decode", decode]
 
 
-def start_tandem(urls: dict[str, str], cpus: str, *extra: str) -> Proc:
+def start_tandem(urls: dict[str, str], cpus: str, *extra: str, name: str = "tandem") -> Proc:
     argv = [sys.executable, "-m", "tandem.cli", "gateway", "--port", "0", "--host", HOST]
     argv += ["--mm-processing", "router", "--log-level", "warning", *pd_or_agg(urls), *extra]
-    return wait_ready(_spawn("tandem", cpus, argv, READY))
+    return wait_ready(_spawn(name, cpus, argv, READY))
 
 
-def start_smg(urls: dict[str, str], cpus: str, port: int, metrics_port: int) -> Proc:
+SMG_INLINE = ("--multimodal-tensor-transport", "inline", "--mm-pixel-cache-mb", "0")
+
+
+def start_smg(
+    urls: dict[str, str],
+    cpus: str,
+    port: int,
+    metrics_port: int,
+    extra: tuple[str, ...] = SMG_INLINE,
+    name: str = "smg",
+) -> Proc:
     wait_port_free(port)
     wait_port_free(metrics_port)
     argv = [str(ensure_smg()), "launch", "--host", HOST, "--port", str(port)]
     argv += ["--prometheus-host", HOST, "--prometheus-port", str(metrics_port)]
-    argv += ["--mm-processing", "router", "--multimodal-tensor-transport", "inline"]
-    argv += ["--mm-pixel-cache-mb", "0", "--log-level", "warn", *pd_or_agg(urls, "grpc://")]
-    proc = _spawn("smg", cpus, argv, None)
+    argv += ["--mm-processing", "router", *extra]
+    argv += ["--log-level", "warn", *pd_or_agg(urls, "grpc://")]
+    proc = _spawn(name, cpus, argv, None)
     proc.address = f"http://{join_host_port(HOST, port)}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from bench.procs import BENCH_HOME
+from bench.variants import ALL, PAIRS
 
 PLOT_VENV = BENCH_HOME / "plot-venv"
 
@@ -49,7 +50,7 @@ def table(results: dict) -> str:
     ]
     for mode in ("pd", "agg"):
         for name, res in results.get(mode, {}).items():
-            for gw in [g for g in ("tandem", "tandem-draft", "smg") if g in res]:
+            for gw in [g for g in ALL if g in res]:
                 r = res[gw]
                 c1, half = r["c1"], r.get("at_half_smg_max", {})
                 legs = c1.get("legs", {})
@@ -64,12 +65,11 @@ def table(results: dict) -> str:
                     f"| {_f(c1['gw_cpu_ms_per_req'], 2)} | {_f(c1['worker_cpu_ms_per_req'], 2)} "
                     f"| {leg.get('prefill', leg.get('aggregated', '–'))} "
                     f"| {leg.get('decode', '–')} "
-                    f"| {_f(media, 2) if gw != 'smg' else 'not exposed'} |"
+                    f"| {_f(media, 2) if not gw.startswith('smg') else 'not exposed'} |"
                 )
-            s = res["smg"]
-            for gw in [g for g in ("tandem", "tandem-draft") if g in res]:
-                t = res[gw]
-                label = mode if gw == "tandem" else f"{mode} (draft)"
+            for gw, ref in [(t, s) for t, s in PAIRS if t in res and s in res]:
+                t, s = res[gw], res[ref]
+                label = mode if gw == "tandem" else f"{mode} ({gw.removeprefix('tandem-')})"
                 ratios.append(
                     f"| {name} | {label} | {_ratio(t['c1']['p50_ms'], s['c1']['p50_ms'])} "
                     f"| {_ratio(t['sweep']['max_rate'], s['sweep']['max_rate'])} "
@@ -87,6 +87,108 @@ def table(results: dict) -> str:
                 f"| {gw} | {r['baseline_rss_mb']:.0f} | {peaks} | {r['slope_mb_per_image']:.2f} |\n"
             )
     return out
+
+
+def multi_turn(results: dict) -> str:
+    """The multi-turn image chat: req/s and gateway CPU per request, ratios per pair."""
+    runs = results.get("multi_turn") or {}
+    if not runs:
+        return ""
+    rows = [
+        "| gateway | req/s | p50 / p99 ms | gw CPU ms/req | conversations | errors |",
+        "|---|---|---|---|---|---|",
+    ]
+    for gw in [g for g in ALL if g in runs]:
+        r = runs[gw]
+        rows.append(
+            f"| {gw} | {_f(r.get('achieved_rate'))} | {_f(r.get('p50_ms'))} / "
+            f"{_f(r.get('p99_ms'))} | {_f(r.get('gw_cpu_ms_per_req'), 2)} "
+            f"| {r.get('conversations_completed', '–')} | {r.get('error_count', 0)} |"
+        )
+    for t, s in PAIRS:
+        if t in runs and s in runs:
+            rate = _ratio(runs[t].get("achieved_rate"), runs[s].get("achieved_rate"))
+            cpu = _ratio(runs[t].get("gw_cpu_ms_per_req"), runs[s].get("gw_cpu_ms_per_req"))
+            rows.append(f"| {t} / {s} | {rate}× | | {cpu}× | | |")
+    return "Multi-turn image chat (3 turns, history re-sent):\n\n" + "\n".join(rows) + "\n"
+
+
+def mixed(results: dict) -> str:
+    """Text-stream TPOT p50/p99 alone and under image load, per gateway."""
+    runs = results.get("mixed") or {}
+    if not runs:
+        return ""
+    rows = [
+        "| gateway | text TPOT p50 / p99 ms alone | with images | ITL p99 alone / with "
+        "| text TTFT p50 alone / with | image p50 / p99 ms | errors text / images |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for gw in [g for g in ALL if g in runs]:
+        r = runs[gw]
+        a, b = r["text_alone"], r["text_with_images"]
+        ta, tb = a.get("stream_timing", {}), b.get("stream_timing", {})
+        img = r.get("images", {})
+        rows.append(
+            f"| {gw} | {_f(ta.get('tpot_p50_ms'), 3)} / {_f(ta.get('tpot_p99_ms'), 3)} "
+            f"| {_f(tb.get('tpot_p50_ms'), 3)} / {_f(tb.get('tpot_p99_ms'), 3)} "
+            f"| {_f(ta.get('itl_p99_ms'), 2)} / {_f(tb.get('itl_p99_ms'), 2)} "
+            f"| {_f(ta.get('ttft_p50_ms'), 2)} / {_f(tb.get('ttft_p50_ms'), 2)} "
+            f"| {_f(img.get('p50_ms'))} / {_f(img.get('p99_ms'))} "
+            f"| {a.get('error_count', 0) + b.get('error_count', 0)} / {img.get('error_count', 0)} |"
+        )
+    for t, s in PAIRS:
+        if t in runs and s in runs:
+            get = lambda gw: runs[gw]["text_with_images"].get("stream_timing", {})  # noqa: E731
+            p50 = _ratio(get(t).get("tpot_p50_ms"), get(s).get("tpot_p50_ms"))
+            p99 = _ratio(get(t).get("tpot_p99_ms"), get(s).get("tpot_p99_ms"))
+            rows.append(f"| {t} / {s} | | {p50}× / {p99}× | | | | |")
+    some = next(iter(runs.values()))["rates"]
+    head = (
+        f"Mixed load (text streams of 64 tokens at {some['text']:g}/s; images at "
+        f"{some['image']:g}/s in the second phase):\n\n"
+    )
+    return head + "\n".join(rows) + "\n"
+
+
+VLLM_FIGURES = (
+    ("request_throughput_req_s", "req/s"),
+    ("output_token_throughput_tok_s", "out tok/s"),
+    ("mean_ttft_ms", "mean TTFT ms"),
+    ("p99_ttft_ms", "p99 TTFT ms"),
+    ("mean_tpot_ms", "mean TPOT ms"),
+    ("median_tpot_ms", "median TPOT ms"),
+    ("p99_tpot_ms", "p99 TPOT ms"),
+    ("p99_itl_ms", "p99 ITL ms"),
+)
+
+
+def vllm_table(results: dict) -> str:
+    """``vllm bench serve`` figures per gateway and dataset (its own result lines)."""
+    vb = results.get("vllm_bench") or {}
+    if "skipped" in vb:
+        return f"vllm bench serve: skipped ({vb['skipped']}).\n"
+    runs = vb.get("runs") or {}
+    if not runs:
+        return ""
+    rows = [
+        "| dataset | gateway | " + " | ".join(label for _, label in VLLM_FIGURES) + " |",
+        "|---|---|" + "---|" * len(VLLM_FIGURES),
+    ]
+    datasets = sorted({d for r in runs.values() for d in r})
+    for dataset in datasets:
+        for gw in [g for g in ALL if dataset in runs.get(g, {})]:
+            run = runs[gw][dataset]
+            if run.get("error"):
+                rows.append(f"| {dataset} | {gw} | failed: {run['error'][:80]} |")
+                continue
+            m = run["metrics"]
+            cells = " | ".join(_f(m.get(k), 2) for k, _ in VLLM_FIGURES)
+            rows.append(f"| {dataset} | {gw} | {cells} |")
+    head = (
+        f"vllm bench serve (--backend openai-chat, concurrency {vb.get('concurrency')}, "
+        f"{vb.get('prompts')} prompts a run):\n\n"
+    )
+    return head + "\n".join(rows) + "\n"
 
 
 def _cpu_count(spec: str) -> int:
@@ -134,6 +236,9 @@ def main(out: Path) -> None:
     results = json.loads((out / "results.json").read_text())
     print(table(results))
     print(headroom(results))
+    for section in (multi_turn(results), mixed(results), vllm_table(results)):
+        if section:
+            print(section)
     plots(out)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 from dataclasses import dataclass
@@ -10,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+
+from bench.fresh import tagged_b64
 
 MODEL = "tiny-qwen3-vl"
 WORDS = [
@@ -51,6 +52,11 @@ SCENARIOS = {
     )
 }
 
+# Bodies of the mixed-load run (docs/benchmarks.md): the text streams whose token timing is
+# measured, and the image requests that arrive beside them.
+MIXED_TEXT = Scenario("text_stream_64", 0, None, 100, 64, True, ("pd",))
+MIXED_IMAGE = SCENARIOS["image_1024_stream"]
+
 
 def text(chars: int) -> str:
     out, i = [], 0
@@ -61,6 +67,11 @@ def text(chars: int) -> str:
 
 
 def jpeg_data_url(size: tuple[int, int], seed: int) -> str:
+    """A data URL of :func:`jpeg_bytes` with the per-request placeholder (``bench.fresh``)."""
+    return "data:image/jpeg;base64," + tagged_b64(jpeg_bytes(size, seed))
+
+
+def jpeg_bytes(size: tuple[int, int], seed: int) -> bytes:
     """A photo-like JPEG: smooth gradients plus mild noise (random noise would not compress)."""
     w, h = size
     rng = np.random.default_rng(seed)
@@ -72,7 +83,7 @@ def jpeg_data_url(size: tuple[int, int], seed: int) -> str:
     pixels = np.clip(np.stack(channels, axis=-1), 0, 255).astype(np.uint8)
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
-    return "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode()
+    return buffer.getvalue()
 
 
 def body(scenario: Scenario) -> dict:

@@ -100,6 +100,9 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     "no_media_ref_capable_worker": ErrorSpec(503, False, "no worker of a leg accepts media_refs"),
     "multimodal_payload_too_large": ErrorSpec(413, False, "media above the in-flight budget"),
     "multimodal_inflight_budget": ErrorSpec(429, True, "in-flight media bytes at the limit"),
+    "multimodal_pool_process_died": ErrorSpec(
+        500, False, "an image pool process (--mm-workers) died while processing the images"
+    ),
     # --- prefill/decode ----------------------------------------------------------
     "pd_decode_language_model_only_mrope": ErrorSpec(
         400, False, "decode worker has no vision encoder and the model needs M-RoPE grids"

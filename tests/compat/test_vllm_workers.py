@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -23,9 +24,16 @@ from pathlib import Path
 
 import openai
 import pytest
-from tests.integration.wire_helpers import chat_prompt_ids, generate, image_data_url, request
+from tests.integration.wire_helpers import (
+    call,
+    chat_prompt_ids,
+    generate,
+    image_data_url,
+    request,
+)
 
-from tandem.wire.proto import GenerateComplete, GenerateRequest
+from tandem.wire.proto import GenerateComplete, GenerateRequest, pb
+from tandem.wire.shm import shm_namespace_id
 
 from .constrained import (
     CONSTRAINTS,
@@ -112,6 +120,24 @@ def test_router_path_matches_vllms_own_image_processing(engines: Engines, refere
         _assert_worker_path_refused(client, engines)
         return
     assert_answers(client, engines, reference)
+
+
+def test_shm_tensor_transport_gives_the_reference_answers(
+    engines: Engines, reference: dict
+) -> None:
+    """Pixels as /dev/shm handles (``--multimodal-tensor-transport shm``): vLLM's servicer
+    reads them and answers as with inline pixels; it advertises the namespace id we compute,
+    so ``auto`` would pick shared memory for it too."""
+    client = engines.client("agg-shm")
+    before = engines.metric("agg-shm", "tandem_mm_tensors_total", path="shm")
+    assert_answers(client, engines, reference)
+    sent = engines.metric("agg-shm", "tandem_mm_tensors_total", path="shm") - before
+    assert sent >= len([case for case in CASES if case[1] is not None])
+    info = asyncio.run(call(engines["agg"].address, "GetServerInfo", pb.GetServerInfoRequest()))
+    assert info.shm_namespace_id == shm_namespace_id() != ""
+    # vLLM unlinked every segment it read; the gateway left none behind.
+    prefix = f"tandem-{engines.gateways['agg-shm'].popen.pid}-"
+    assert not [name for name in os.listdir("/dev/shm") if name.startswith(prefix)]
 
 
 def test_embedded_engine_agrees_with_vllm(engines: Engines, reference: dict) -> None:

@@ -31,9 +31,15 @@ ENGINES: dict[str, dict[str, Any]] = {
 GATEWAYS: dict[str, tuple[dict[str, str], str]] = {
     "agg": ({"both": "agg"}, "router"),
     "agg-worker": ({"both": "agg"}, "worker"),
+    "agg-shm": ({"both": "agg"}, "router"),
     "pd-router": ({"prefill": "prefill", "decode": "decode"}, "router"),
     "pd-worker": ({"prefill": "prefill", "decode": "decode"}, "worker"),
     "lmo": ({"prefill": "prefill", "decode": "lmo"}, "router"),
+}
+
+# More flags of some gateways: pixels through /dev/shm (a threshold the small test images pass).
+GATEWAY_FLAGS: dict[str, tuple[str, ...]] = {
+    "agg-shm": ("--multimodal-tensor-transport", "shm", "--multimodal-shm-min-bytes", "1024"),
 }
 
 
@@ -99,7 +105,8 @@ class Engines:
             self.need(*{*roles.values(), *self._engines_kept_for(name)})
             if name not in self.gateways:
                 workers = {role: self.running[engine] for role, engine in roles.items()}
-                self.gateways[name] = start_gateway(workers, "--mm-processing", mode)
+                flags = GATEWAY_FLAGS.get(name, ())
+                self.gateways[name] = start_gateway(workers, "--mm-processing", mode, *flags)
                 if "prefill" in roles:
                     self._first_handshake(name)
         return _client(self.gateways[name].address)

@@ -133,6 +133,10 @@ def start_gateway(worker: Proc, budget: int) -> Proc:
                 "600",
                 "--multimodal-max-inflight-bytes",
                 str(budget),
+                # These requests repeat the same images: with the pixel cache on, the repeats
+                # would not be decoded at all, and decoding is what is bounded here.
+                "--mm-pixel-cache-mb",
+                "0",
             ]
         ]
     )

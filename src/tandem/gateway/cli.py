@@ -9,7 +9,13 @@ from pathlib import Path
 from tandem.gateway.auth_flags import access_config_from_args, add_access_flags
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.history.flags import add_history_flags, history_config_from_args
-from tandem.gateway.types import EVENT_LOOPS, MM_PROCESSING_MODES, PD_DISPATCH_MODES, EventLoop
+from tandem.gateway.types import (
+    EVENT_LOOPS,
+    MM_PROCESSING_MODES,
+    PD_DISPATCH_MODES,
+    TENSOR_TRANSPORT_MODES,
+    EventLoop,
+)
 from tandem.hostport import bare_host, canonical_address
 from tandem.log import DEFAULT_LOG_LEVEL, setup_logging
 from tandem.media.flags import add_media_flags, media_policy_from_args
@@ -41,6 +47,19 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--mm-per-request-image-limit", type=int, default=_DEFAULTS.mm_per_request_image_limit
     )
+    p.add_argument(
+        "--mm-workers",
+        type=int,
+        default=_DEFAULTS.mm_workers,
+        help="processes that decode and preprocess images (0: a thread of the gateway; "
+        "default: the usable CPUs less one, 1 to 4)",
+    )
+    p.add_argument(
+        "--mm-pixel-cache-mb",
+        type=int,
+        default=_DEFAULTS.mm_pixel_cache_mb,
+        help="MiB of preprocessed pixels kept per image, LRU (0: off)",
+    )
     add_media_flags(p)
     p.add_argument("--max-payload-size", type=int, default=_DEFAULTS.max_payload_size)
     p.add_argument("--request-timeout-secs", type=float, default=_DEFAULTS.request_timeout_s)
@@ -64,6 +83,19 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         default=_DEFAULTS.mm_max_inflight_bytes,
         help="image bytes (decoded, then pixel tensors) all in-flight requests may hold "
         "(0: no limit)",
+    )
+    p.add_argument(
+        "--multimodal-tensor-transport",
+        choices=TENSOR_TRANSPORT_MODES,
+        default=_DEFAULTS.mm_tensor_transport,
+        help="how pixel tensors reach a worker: inline in the message; shm: /dev/shm "
+        "segments (the worker on this host); auto: shm for workers that share our /dev/shm",
+    )
+    p.add_argument(
+        "--multimodal-shm-min-bytes",
+        type=int,
+        default=_DEFAULTS.mm_shm_min_bytes,
+        help="smallest tensor sent through shared memory under shm/auto",
     )
     p.add_argument(
         "--max-concurrent-requests",
@@ -128,6 +160,8 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         served_model_name=args.served_model_name,
         mm_processing=args.mm_processing,
         mm_per_request_image_limit=args.mm_per_request_image_limit,
+        mm_workers=args.mm_workers,
+        mm_pixel_cache_mb=args.mm_pixel_cache_mb,
         media=media,
         max_payload_size=args.max_payload_size,
         request_timeout_s=args.request_timeout_secs,
@@ -136,6 +170,8 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         health_timeout_s=args.health_check_timeout_secs,
         health_failure_threshold=args.health_failure_threshold,
         mm_max_inflight_bytes=args.multimodal_max_inflight_bytes,
+        mm_tensor_transport=args.multimodal_tensor_transport,
+        mm_shm_min_bytes=args.multimodal_shm_min_bytes,
         max_concurrent_requests=args.max_concurrent_requests,
         max_queued_requests=args.max_queued_requests,
         drain_timeout_s=args.drain_timeout_secs,

@@ -11,9 +11,11 @@ from tandem.gateway.history.store import HistoryLimits
 from tandem.gateway.types import (
     MM_PROCESSING_MODES,
     PD_DISPATCH_MODES,
+    TENSOR_TRANSPORT_MODES,
     HistoryBackend,
     MmProcessingMode,
     PdDispatch,
+    TensorTransportMode,
 )
 from tandem.media import MediaPolicy
 
@@ -21,6 +23,24 @@ from tandem.media import MediaPolicy
 # bounds for images"): room for one image at the default --mm-max-image-pixels (8192x8192
 # RGB is 256 MiB in Pillow) with another request's pixel tensors beside it.
 MM_MAX_INFLIGHT_BYTES = 512 << 20
+
+# Preprocessed pixels kept per image (gateway/multimodal/pixel_cache.py): a 1024x1024 image
+# is about 3 MiB of raw uint8 pixels for the built-in families, so this keeps the images of
+# some 80 recent turns (multi-turn chats re-send them) at half the in-flight budget's size.
+MM_PIXEL_CACHE_MB = 256
+
+
+def default_mm_workers() -> int:
+    """Image pool processes (gateway/multimodal/pool.py): the CPUs this gateway may use
+    less one left to the event loop, at least 1 and at most 4 (past 4 the loop's own work
+    on the pixels limits image throughput, and each process holds ~100 MiB of imports)."""
+    import os
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(4, cpus - 1))
 
 
 @dataclass(slots=True)
@@ -38,6 +58,10 @@ class GatewayConfig:
     served_model_name: str | None = None
     mm_processing: MmProcessingMode = "auto"
     mm_per_request_image_limit: int = 8
+    # Decode + preprocess in this many processes (0: a thread of the gateway process) and
+    # the per-image pixel cache's size (0: off); docs/operations.md, "Memory bounds".
+    mm_workers: int = field(default_factory=default_mm_workers)
+    mm_pixel_cache_mb: int = MM_PIXEL_CACHE_MB
     media: MediaPolicy = field(default_factory=MediaPolicy)
     max_payload_size: int = 64 << 20
     request_timeout_s: float = 300.0
@@ -49,6 +73,11 @@ class GatewayConfig:
     wire_dtype: str = "float32"
     # Admission control (gateway/admission.py); 0 turns a bound off.
     mm_max_inflight_bytes: int = MM_MAX_INFLIGHT_BYTES
+    # Same-host shared-memory tensors (docs/operations.md, "Shared-memory tensor transport").
+    # inline by default, as smg: shm needs the worker on this host as the same user, and a
+    # container's small /dev/shm; auto is safe across hosts and the first thing to try.
+    mm_tensor_transport: TensorTransportMode = "inline"
+    mm_shm_min_bytes: int = 64 << 10
     max_concurrent_requests: int = 256
     max_queued_requests: int = 512
     drain_timeout_s: float = 30.0
@@ -84,6 +113,10 @@ class GatewayConfig:
             raise ValueError("--request-timeout-secs must be positive")
         if self.mm_per_request_image_limit < 0:
             raise ValueError("--mm-per-request-image-limit must be >= 0")
+        if self.mm_workers < 0:
+            raise ValueError("--mm-workers must be >= 0")
+        if self.mm_pixel_cache_mb < 0:
+            raise ValueError("--mm-pixel-cache-mb must be >= 0")
         if self.health_interval_s <= 0 or self.health_timeout_s <= 0:
             raise ValueError("--health-check-interval-secs and -timeout-secs must be positive")
         if self.health_failure_threshold < 1:
@@ -92,6 +125,11 @@ class GatewayConfig:
             raise ValueError("--max-retries must be >= 0")
         if self.mm_max_inflight_bytes < 0:
             raise ValueError("--multimodal-max-inflight-bytes must be >= 0")
+        if self.mm_tensor_transport not in TENSOR_TRANSPORT_MODES:
+            modes = ", ".join(TENSOR_TRANSPORT_MODES)
+            raise ValueError(f"--multimodal-tensor-transport must be one of {modes}")
+        if self.mm_shm_min_bytes < 1:
+            raise ValueError("--multimodal-shm-min-bytes must be at least 1")
         if self.max_concurrent_requests < 0 or self.max_queued_requests < 0:
             raise ValueError("--max-concurrent-requests and --max-queued-requests must be >= 0")
         if self.drain_timeout_s < 0:

@@ -58,6 +58,22 @@ MM_TENSOR_BYTES = Counter(
     ["leg", "kind"],
     registry=REGISTRY,
 )
+MM_TENSORS = Counter(
+    "tandem_mm_tensors_total",
+    "Tensors of multimodal legs sent to workers, by path (inline or shm)",
+    ["path"],
+    registry=REGISTRY,
+)
+MM_SHM_BYTES = Counter(
+    "tandem_mm_shm_bytes_total",
+    "Tensor bytes handed to workers through shared-memory segments",
+    registry=REGISTRY,
+)
+MM_SHM_WRITE_FAILURES = Counter(
+    "tandem_mm_shm_write_failures_total",
+    "Shared-memory tensor writes that failed and fell back to inline",
+    registry=REGISTRY,
+)
 MM_PROCESSING = Counter(
     "tandem_mm_processing_total",
     "Router/worker media path decisions",
@@ -136,5 +152,25 @@ MM_INFLIGHT_BYTES = Gauge(
     "tandem_mm_inflight_bytes",
     "Image bytes held by in-flight requests, decoded or as pixel tensors "
     "(against --multimodal-max-inflight-bytes)",
+    registry=REGISTRY,
+)
+MM_PIXEL_CACHE_HITS = Counter(
+    "tandem_mm_pixel_cache_hits_total",
+    "Images whose preprocessed pixels came from --mm-pixel-cache-mb",
+    registry=REGISTRY,
+)
+MM_PIXEL_CACHE_MISSES = Counter(
+    "tandem_mm_pixel_cache_misses_total",
+    "Images looked up in the pixel cache and decoded + preprocessed",
+    registry=REGISTRY,
+)
+MM_PIXEL_CACHE_BYTES = Gauge(
+    "tandem_mm_pixel_cache_bytes",
+    "Bytes of preprocessed pixels held by the pixel cache (against --mm-pixel-cache-mb)",
+    registry=REGISTRY,
+)
+MM_POOL_RESTARTS = Counter(
+    "tandem_mm_pool_restarts_total",
+    "Image pool processes replaced after one died (--mm-workers)",
     registry=REGISTRY,
 )

@@ -14,11 +14,15 @@ from tandem.gateway.dispatch.base import Dispatcher
 from tandem.gateway.history.factory import open_store
 from tandem.gateway.history.store import HistoryError, ResponseStore
 from tandem.gateway.model import ModelHandle
+from tandem.gateway.multimodal.pixel_cache import PixelCache
+from tandem.gateway.multimodal.pool import ImagePool
 from tandem.gateway.pd.dispatcher import PDDispatcher
 from tandem.gateway.workers.health import HealthChecker
 from tandem.gateway.workers.policies.factory import make_policy
 from tandem.gateway.workers.registry import WorkerRegistry
+from tandem.gateway.workers.tensor_transport import TensorTransport
 from tandem.gateway.workers.worker import Worker
+from tandem.wire.shm import sweep_stale_segments
 
 log = logging.getLogger("tandem.gateway")
 
@@ -33,6 +37,10 @@ class GatewayState:
     draining: bool = False  # set on SIGTERM: new generation requests get 503 shutting_down
     admission: AdmissionQueue = field(init=False)
     pixel_budget: PixelBudget = field(init=False)
+    # Image work off the loop's process (--mm-workers; None until start(), and with 0) and
+    # the per-image pixel cache (--mm-pixel-cache-mb): gateway/multimodal/pool.py.
+    image_pool: ImagePool | None = field(init=False, default=None)
+    pixel_cache: PixelCache = field(init=False)
     # Stored Responses API conversations; None with --history-backend none. Built here,
     # connected by start(), closed by stop().
     history: ResponseStore | None = field(init=False, default=None)
@@ -42,6 +50,7 @@ class GatewayState:
         config = self.config
         self.admission = AdmissionQueue(config.max_concurrent_requests, config.max_queued_requests)
         self.pixel_budget = PixelBudget(config.mm_max_inflight_bytes)
+        self.pixel_cache = PixelCache(config.mm_pixel_cache_mb << 20)
         self.history = open_store(config)
         policy = make_policy(config.policy)
         prefill_policy = make_policy(config.prefill_policy or config.policy)
@@ -53,6 +62,9 @@ class GatewayState:
                     known.remove_worker(worker.url)
 
         self.registry.on_change(forget)
+        self.registry.tensor_transport = TensorTransport(
+            config.mm_tensor_transport, config.mm_shm_min_bytes
+        )
         if config.pd_disaggregation:
             self.dispatcher = PDDispatcher(self.registry, prefill_policy, decode_policy, config)
         else:
@@ -60,6 +72,9 @@ class GatewayState:
 
     async def start(self) -> None:
         config = self.config
+        # Segments of gateways that died mid-request (docs/operations.md, "Shared-memory
+        # tensor transport"); whatever the mode, as the dead one may have used shm.
+        sweep_stale_segments()
         if self.history is not None:
             # First: a database that is down fails the start before any worker is dialled.
             try:
@@ -80,6 +95,10 @@ class GatewayState:
             unhealthy_after=config.health_failure_threshold,
         )
         self.health.start()
+        if config.mm_workers:
+            pool = ImagePool(config.mm_workers)
+            await pool.start()  # warmed before the first request (imports done once)
+            self.image_pool = pool
         if config.model_path is not None or len(self.registry):
             try:
                 await self.ensure_model()
@@ -124,5 +143,10 @@ class GatewayState:
         if self.health is not None:
             await self.health.stop()
         await self.registry.close()
+        if self.image_pool is not None:
+            pool, self.image_pool = self.image_pool, None
+            await pool.stop()
+        self.pixel_cache.clear()
+        self.registry.tensor_transport.close()  # segments of calls that never ended
         if self.history is not None:
             await self.history.close()

@@ -191,7 +191,13 @@ async def expand_images(
     try:
         async with asyncio.timeout(timeout):
             processed = await process_images(
-                plan, model.info, model.processor, config.media, lease=lease
+                plan,
+                model.info,
+                model.processor,
+                config.media,
+                lease=lease,
+                pool=state.image_pool,
+                cache=state.pixel_cache,
             )
     except TimeoutError:
         raise make_error(

@@ -13,6 +13,9 @@ from typing import Literal, get_args
 MmProcessingMode = Literal["auto", "router", "worker"]
 # Where one request's images were processed: by the gateway, or by the workers (media_refs).
 MmPath = Literal["router", "worker"]
+# --multimodal-tensor-transport: how a leg's tensors reach a worker (gateway/workers/
+# tensor_transport.py): in the message, or as same-host shared memory.
+TensorTransportMode = Literal["inline", "shm", "auto"]
 # --pd-dispatch: prefill then decode, or both legs at once.
 PdDispatch = Literal["sequential", "parallel"]
 # The generation routes: /v1/chat/completions, /v1/completions and /v1/responses (served
@@ -25,5 +28,6 @@ HistoryBackend = Literal["none", "memory", "sqlite", "postgres"]
 
 MM_PROCESSING_MODES: tuple[MmProcessingMode, ...] = get_args(MmProcessingMode)
 PD_DISPATCH_MODES: tuple[PdDispatch, ...] = get_args(PdDispatch)
+TENSOR_TRANSPORT_MODES: tuple[TensorTransportMode, ...] = get_args(TensorTransportMode)
 EVENT_LOOPS: tuple[EventLoop, ...] = get_args(EventLoop)
 HISTORY_BACKENDS: tuple[HistoryBackend, ...] = get_args(HistoryBackend)

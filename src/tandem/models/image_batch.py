@@ -44,7 +44,17 @@ def decode_cost(
     The pixel cap and malformed headers are refused here, as ``MediaError``, so a bad
     fifth image costs no decoding of the first four. ``raw``: as for ``preprocess``.
     """
-    working = outputs = 0
+    costs = image_costs(blobs, policy, processor, raw)
+    return DecodeCost(max(c.working for c in costs), sum(c.outputs for c in costs))
+
+
+def image_costs(
+    blobs: Sequence[bytes], policy: MediaPolicy, processor: ImageProcessor, raw: bool = False
+) -> list[DecodeCost]:
+    """:func:`decode_cost` of each image on its own, in order (same refusals)."""
+    if not blobs:
+        raise ValueError("no images to cost")
+    costs: list[DecodeCost] = []
     for blob in blobs:
         header = read_image_header(blob, policy)
         out = processor.output_nbytes(header.width, header.height, raw) or 0
@@ -52,9 +62,8 @@ def decode_cost(
         # target width by the source height. The layout copies are about one more output.
         target = processor.resize_target(header.width, header.height)
         scratch = target[0] * header.height * _RGB_BYTES if target else 0
-        working = max(working, header.decoded_bytes + scratch + out)
-        outputs += out
-    return DecodeCost(working, outputs)
+        costs.append(DecodeCost(header.decoded_bytes + scratch + out, out))
+    return costs
 
 
 def preprocess_one_at_a_time(
@@ -91,7 +100,7 @@ def preprocess_one_at_a_time(
         lut = one.normalize_lut
         del one
     return PreprocessedImages(
-        pixel_values=_join(pixels),
+        pixel_values=join_pixels(pixels),
         tokens_per_image=tokens,
         grids={key: np.concatenate(values) for key, values in grids.items()},
         patches_per_image=np.concatenate(patches) if patches else None,
@@ -99,8 +108,9 @@ def preprocess_one_at_a_time(
     )
 
 
-def _join(parts: list[np.ndarray]) -> np.ndarray:
-    """Concatenate along the first axis, freeing each part once copied.
+def join_pixels(parts: list[np.ndarray]) -> np.ndarray:
+    """Concatenate along the first axis, freeing each part once copied (``parts`` is
+    emptied); a single part is returned as it is, without a copy.
 
     ``np.empty`` only reserves the result; its pages are touched as parts are copied in,
     and each part is dropped right after, so the peak stays near one copy of the pixels.

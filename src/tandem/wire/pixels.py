@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tandem.wire.proto import GenerateRequest, TensorData
+from tandem.wire.proto import GenerateRequest, MultimodalInputs, TensorData, common
 from tandem.wire.tensors import wire_payload
 
 _MM_INPUTS_FIELD = 7  # GenerateRequest.mm_inputs
@@ -40,6 +40,9 @@ class PixelPayload:
     dtype: str
     normalize_lut: np.ndarray | None = None
     normalized_dtype: str = "float32"
+    # Set when the bytes were written to a shared-memory segment for one leg (see
+    # tandem.wire.shm): the leg then carries this handle instead of the bytes.
+    shm: common.ShmHandle | None = None
 
     @classmethod
     def from_array(cls, array: np.ndarray, dtype: str = "float32") -> PixelPayload:
@@ -57,6 +60,12 @@ class PixelPayload:
     @property
     def nbytes(self) -> int:
         return int(self.array.nbytes)
+
+    def in_shm(self, handle: common.ShmHandle) -> PixelPayload:
+        """This payload as a leg sends it once its bytes are in the segment ``handle``."""
+        if handle.nbytes != self.nbytes:
+            raise ValueError(f"the segment holds {handle.nbytes} bytes, the pixels {self.nbytes}")
+        return PixelPayload(self.array, self.shape, self.dtype, shm=handle)
 
     def for_worker(self, device_normalizes: bool) -> PixelPayload:
         """The payload a worker gets: raw where it normalizes on device, else normalized.
@@ -112,6 +121,12 @@ def serialize_with_pixels(request: GenerateRequest, pixels: PixelPayload | None)
         return head
     if request.mm_inputs.HasField("pixel_values"):
         raise ValueError("the request already holds pixel_values")
+    if pixels.shm is not None:
+        # Only the handle travels: a small message, serialized the ordinary way.
+        tail = MultimodalInputs(
+            pixel_values=TensorData(shape=pixels.shape, dtype=pixels.dtype, shm=pixels.shm)
+        ).SerializeToString()
+        return b"".join((head, _key(_MM_INPUTS_FIELD), _varint(len(tail)), tail))
     tensor_head = TensorData(shape=pixels.shape, dtype=pixels.dtype).SerializeToString()
     tensor_len = len(tensor_head) + len(_key(_INLINE_FIELD)) + len(_varint(pixels.nbytes))
     tensor_len += pixels.nbytes

@@ -1,5 +1,6 @@
 """Tensor codec between numpy arrays and ``TensorData`` (docs/pd-contract.md §17).
 
+Decoding reads inline payloads and same-host shared-memory ones (``tandem.wire.shm``).
 The inline payload is the elements in C order, each little-endian, no header.
 Encoding makes at most one copy (``tobytes``) beyond a dtype conversion that
 the wire format itself demands; decoding returns a zero-copy read-only view of
@@ -14,6 +15,7 @@ import math
 import numpy as np
 
 from tandem.wire.proto import TensorData
+from tandem.wire.shm import ShmError, read_segment
 
 # Canonical wire names → little-endian numpy dtypes. bfloat16 travels as raw uint16.
 WIRE_DTYPES: dict[str, np.dtype] = {
@@ -126,19 +128,22 @@ def decode_tensor(tensor: TensorData) -> np.ndarray:
     The result is read-only when it is a view of the message bytes.
     """
     payload_kind = tensor.WhichOneof("payload")
-    if payload_kind != "inline":
-        if payload_kind is None and math.prod(tensor.shape) == 0:
-            payload = b""
-        else:
-            raise TensorCodecError(
-                f"TensorData.{payload_kind} payload is not supported here; send tensors inline"
-            )
-    else:
-        payload = tensor.inline
     if tensor.dtype not in WIRE_DTYPES:
         raise TensorCodecError(f"Unsupported proto tensor dtype {tensor.dtype!r}")
     shape = [int(d) for d in tensor.shape]
     want = expected_nbytes(shape, tensor.dtype)
+    payload: bytes
+    if payload_kind == "inline":
+        payload = tensor.inline
+    elif payload_kind == "shm":
+        payload = _read_shm(tensor, shape, want)
+    elif payload_kind is None and want == 0:
+        payload = b""
+    else:
+        raise TensorCodecError(
+            f"TensorData.{payload_kind} payload is not supported here; "
+            "send tensors inline or in shared memory"
+        )
     if len(payload) != want:
         raise TensorCodecError(
             f"TensorData byte length mismatch for dtype={tensor.dtype}, shape={shape}: "
@@ -159,8 +164,25 @@ def decode_tensor(tensor: TensorData) -> np.ndarray:
     return view
 
 
+def _read_shm(tensor: TensorData, shape: list[int], want: int) -> bytes:
+    """The payload of a ``TensorData.shm`` handle (the segment is unlinked once read).
+
+    The handle's size is checked against the shape before anything is opened, so a
+    handle that disagrees with its tensor never costs a read.
+    """
+    if int(tensor.shm.nbytes) != want:
+        raise TensorCodecError(
+            f"TensorData.shm byte length mismatch for dtype={tensor.dtype}, shape={shape}: "
+            f"expected {want}, got {int(tensor.shm.nbytes)}"
+        )
+    try:
+        return read_segment(tensor.shm)
+    except ShmError as exc:
+        raise TensorCodecError(str(exc)) from None
+
+
 def tensor_nbytes(tensor: TensorData) -> int:
-    """Payload bytes of an inline tensor without materialising the payload."""
-    if tensor.WhichOneof("payload") != "inline" or tensor.dtype not in WIRE_DTYPES:
+    """Payload bytes of an inline or shared-memory tensor without reading the payload."""
+    if tensor.WhichOneof("payload") not in ("inline", "shm") or tensor.dtype not in WIRE_DTYPES:
         return 0
     return expected_nbytes([int(d) for d in tensor.shape], tensor.dtype)

@@ -7,6 +7,7 @@ pixels or media refs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -18,6 +19,7 @@ from datetime import UTC, datetime
 from tandem import __version__
 from tandem.models.info import ModelInfo
 from tandem.wire.proto import common, pb
+from tandem.wire.shm import shm_namespace_id
 from tandem.worker.config import Role, WorkerConfig
 
 # Files a gateway needs to tokenize, render chat and preprocess images like the worker.
@@ -67,7 +69,9 @@ def server_info(
         kv_role=KV_ROLES[config.role],
         kv_engine_id=engine_id,
         data_parallel_size=1,
-        shm_namespace_id="",  # tensors travel inline; no shared-memory payloads are read
+        # Tensors may come as /dev/shm segments (tandem.wire.shm): gateways that share our
+        # /dev/shm (equal id) send them so under --multimodal-tensor-transport auto.
+        shm_namespace_id=_shm_namespace(),
         kv_cache_dtype="float32",
         block_size=config.block_size,
         model_dtype="float32",
@@ -77,6 +81,11 @@ def server_info(
         mm_device_do_normalize=False,
         multimodal_encoder_dtype="" if config.language_model_only else "float32",
     )
+
+
+@functools.cache
+def _shm_namespace() -> str:
+    return shm_namespace_id()  # fixed for the process's life; read on every GetServerInfo
 
 
 def loads(running: int, waiting: int) -> pb.GetLoadsResponse:

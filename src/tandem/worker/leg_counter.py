@@ -39,6 +39,17 @@ def pixel_bytes(request: pb.GenerateRequest) -> int:
     )
 
 
+def shm_bytes(request: pb.GenerateRequest) -> int:
+    """Tensor bytes that came as shared-memory handles instead of inside the message."""
+    total = 0
+    for batch in mm_batches(request):
+        tensors = [*batch.model_specific_tensors.values()]
+        if batch.HasField("pixel_values"):
+            tensors.append(batch.pixel_values)
+        total += sum(tensor_nbytes(t) for t in tensors if t.WhichOneof("payload") == "shm")
+    return total
+
+
 class CountingServicer(WorkerServicer):
     """The servicer, plus per-leg counts of requests, message bytes and pixel bytes."""
 
@@ -48,11 +59,12 @@ class CountingServicer(WorkerServicer):
 
     async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext):
         counts = self.legs.setdefault(
-            leg_of(request), {"requests": 0, "message_bytes": 0, "pixel_bytes": 0}
+            leg_of(request), {"requests": 0, "message_bytes": 0, "pixel_bytes": 0, "shm_bytes": 0}
         )
         counts["requests"] += 1
         counts["message_bytes"] += request.ByteSize()
         counts["pixel_bytes"] += pixel_bytes(request)
+        counts["shm_bytes"] += shm_bytes(request)
         async for response in super().Generate(request, context):
             yield response
 

@@ -46,7 +46,9 @@ async def test_streams_hold_their_slot_until_the_end(qwen_dir: Path) -> None:
 
 
 async def test_pixel_budget_429_then_413(qwen_dir: Path) -> None:
-    state, dispatcher = make_gateway(qwen_dir, mm_max_inflight_bytes=0)
+    # Every request sends the same image: the pixel cache is off, or later requests would
+    # hit it and be charged no decoding at all (that case: test_mm_pixel_cache.py).
+    state, dispatcher = make_gateway(qwen_dir, mm_max_inflight_bytes=0, mm_pixel_cache_mb=0)
     async with client(state) as http:
         assert (await http.post(CHAT, json=chat_body(images=1))).status_code == 200
         (one_image,) = dispatcher.pixel_bytes

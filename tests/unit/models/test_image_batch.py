@@ -14,7 +14,7 @@ import pytest
 from PIL import Image
 
 from tandem.media import MediaDecodeFailed, MediaPolicy, decode_image
-from tandem.models.image_batch import _join, decode_cost, preprocess_one_at_a_time
+from tandem.models.image_batch import decode_cost, join_pixels, preprocess_one_at_a_time
 from tandem.models.processor import ImageProcessor, load_processor
 
 POLICY = MediaPolicy()
@@ -157,6 +157,6 @@ def test_the_measured_peak_stays_within_the_charge(meta_dirs: dict[str, Path]) -
 def test_join_refuses_parts_of_different_shapes() -> None:
     parts = [np.zeros((1, 3, 4, 4), np.uint8), np.zeros((1, 3, 4, 5), np.uint8)]
     with pytest.raises(ValueError, match="different sizes"):
-        _join(parts)
-    joined = _join([np.ones((2, 3), np.uint8), np.zeros((1, 3), np.uint8)])
+        join_pixels(parts)
+    joined = join_pixels([np.ones((2, 3), np.uint8), np.zeros((1, 3), np.uint8)])
     np.testing.assert_array_equal(joined, [[1, 1, 1], [1, 1, 1], [0, 0, 0]])

@@ -97,11 +97,20 @@ def test_float_to_integer_wire_dtype_is_refused() -> None:
         encode_tensor(np.array([0.5], dtype=np.float32), "int64")
 
 
-def test_shm_payload_is_refused_clearly() -> None:
+def test_remote_payload_is_refused_clearly() -> None:
     td = TensorData(shape=[4], dtype="uint8")
-    td.shm.name = "seg"
+    td.remote.transport = "nixl"
+    td.remote.nbytes = 4
+    with pytest.raises(TensorCodecError, match="remote payload is not supported"):
+        decode_tensor(td)
+
+
+def test_shm_payload_naming_no_segment_is_refused_clearly() -> None:
+    # Shared-memory payloads are read (tests/unit/wire/test_shm.py); a missing one is refused.
+    td = TensorData(shape=[4], dtype="uint8")
+    td.shm.name = "tandem-no-such-segment"
     td.shm.nbytes = 4
-    with pytest.raises(TensorCodecError, match="shm payload is not supported"):
+    with pytest.raises(TensorCodecError, match="cannot be opened on this worker"):
         decode_tensor(td)
 
 

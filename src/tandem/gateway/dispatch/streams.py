@@ -19,6 +19,7 @@ from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest, pb
+from tandem.wire.requests import has_mm_inputs
 
 
 class Frames(Protocol):
@@ -72,9 +73,19 @@ def send(
         )
         err.leg = None  # not the worker's fault: no breaker counts it
         raise err from None
+    if pixels is None and not has_mm_inputs(request):
+        return client.generate(request, timeout=timeout_s)
     if pixels is not None:
         pixels = pixels.for_worker(worker.device_normalizes)
-    return client.generate(request, timeout=timeout_s, pixels=pixels)
+    # Shared-memory segments for this leg, if any, live until its call ends
+    # (gateway/workers/tensor_transport.py).
+    leg = registry.tensor_transport.prepare(worker, request, pixels)
+    try:
+        release = leg.release if leg.segments else None
+        return client.generate(leg.request, timeout=timeout_s, pixels=leg.pixels, on_done=release)
+    except BaseException:
+        leg.release()
+        raise
 
 
 async def first_frame(

@@ -1,10 +1,13 @@
-"""Router path, media half: fetch, decode, preprocess and hash the images of a plan.
+"""Router path, media half: fetch, hash, decode and preprocess the images of a plan.
 
-Fetching is I/O and runs concurrently on the event loop; decoding, hashing and
-preprocessing are CPU-bound and run together in one worker thread so the gateway keeps
-serving other requests meanwhile (docs/pd-contract.md §4). Before that thread
-starts, the request's decode cost (read from the image headers) is charged against the
-in-flight budget, and the images are decoded one at a time (docs/operations.md, "Memory
+Fetching is I/O and runs concurrently on the event loop. Each image's encoded bytes are
+hashed and its header read off the loop; the hash and a fingerprint of the processor key
+the per-image pixel cache (``--mm-pixel-cache-mb``, gateway/multimodal/pixel_cache.py),
+and only the misses are decoded and preprocessed: in the image pool's processes
+(``--mm-workers``, gateway/multimodal/pool.py), one image per task so a request's images
+spread over the pool, or with ``--mm-workers 0`` in one thread of the gateway, one image
+at a time (docs/pd-contract.md §4). Before any image is decoded the request's decode cost
+(from the headers) is charged against the in-flight budget (docs/operations.md, "Memory
 bounds for images").
 """
 
@@ -18,21 +21,21 @@ from dataclasses import dataclass, field
 
 import httpx
 import numpy as np
-from PIL import Image
 
 from tandem.errors import TandemError, make_error
+from tandem.gateway.multimodal.pixel_cache import CacheKey, OneImage, PixelCache
 from tandem.gateway.multimodal.plan import MediaPlan
+from tandem.gateway.multimodal.pool import ImagePool, PendingImage, ProcessorSpec, processor_spec
+from tandem.gateway.multimodal.pool_worker import decode_and_preprocess
 from tandem.media import (
-    FetchedMedia,
     MediaError,
     MediaPolicy,
     Resolver,
-    decode_image,
     fetch_all,
     media_hash,
 )
 from tandem.media.budget import ByteLease, run_in_thread_holding
-from tandem.models.image_batch import decode_cost, preprocess_one_at_a_time
+from tandem.models.image_batch import DecodeCost, image_costs, join_pixels
 from tandem.models.info import ModelInfo
 from tandem.models.processor import ImageProcessor, PreprocessedImages
 
@@ -94,16 +97,21 @@ async def process_images(
     client: httpx.AsyncClient | None = None,
     resolver: Resolver | None = None,
     lease: ByteLease | None = None,
+    pool: ImagePool | None = None,
+    cache: PixelCache | None = None,
 ) -> ProcessedImages:
-    """Fetch (concurrently), then decode, preprocess and hash every image, one at a time.
+    """Fetch (concurrently), hash, then decode and preprocess every image not in ``cache``.
 
     ``client`` may be a shared client from ``tandem.media.make_client`` (connection reuse);
     without one, ``fetch_all`` makes a guarded client per call.
     ``lease`` (the request's, on the gateway's in-flight budget) is charged the decode cost
     before any image is decoded (413/429 from the budget), and holds only the pixel values'
-    bytes once this returns.
+    bytes once this returns, cache hits included.
+    ``pool``: the gateway's image pool; None decodes in a thread of this process.
+    ``cache``: the per-image pixel cache; None (or a cache of size 0) caches nothing.
     Raises a 400 ``TandemError``: ``media_url_refused`` (policy), ``media_too_large`` (byte
-    or pixel caps) or ``multimodal_processing_failed`` (fetch, header, decode or preprocess).
+    or pixel caps) or ``multimodal_processing_failed`` (fetch, header, decode or
+    preprocess); 500 ``multimodal_pool_process_died`` when a pool process died meanwhile.
     """
     if plan.is_empty:
         raise ValueError("process_images needs a plan with at least one image")
@@ -118,18 +126,33 @@ async def process_images(
     except MediaError as exc:
         raise media_error_to_tandem(exc) from exc
     timings.fetch_s = time.perf_counter() - started
+    blobs = [item.data for item in fetched]
+    caching = cache is not None and cache.enabled
     try:
-        blobs = [item.data for item in fetched]
-        cost = await asyncio.to_thread(decode_cost, blobs, policy, processor, raw=True)
-        decoding = None
-        if lease is not None:
-            lease.hold(cost.total)  # refused (413/429) before a single pixel is decoded
-            # The decoded frames' share stays charged until the thread is done with them,
-            # even if this request is cancelled meanwhile; the rest is the pixel values'.
-            decoding = lease.split(cost.working)
-        preprocessed, hashes = await run_in_thread_holding(
-            decoding, lambda: _decode_preprocess_hash(fetched, processor, policy, timings)
-        )
+        # Raw uint8 pixels: a quarter of the float32 bytes while the request is in flight,
+        # and what workers that normalize on device need; others get them normalized
+        # (bit-exactly) when their leg is sent (PixelPayload.for_worker).
+        costs, hashes = await asyncio.to_thread(_costs_and_hashes, blobs, policy, processor)
+        spec = processor_spec(processor, info, policy, raw=True) if caching or pool else None
+        keys: list[CacheKey] = [(h, spec.fingerprint if spec else "") for h in hashes]
+        images: list[OneImage | None] = [
+            cache.get(key) if caching and cache is not None else None for key in keys
+        ]
+        misses = [i for i, image in enumerate(images) if image is None]
+        if misses:
+            work = _Work(blobs, misses, costs, processor, policy, timings)
+            if pool is not None and spec is not None:
+                made = await work.in_pool(pool, spec, lease, images)
+            else:
+                made = await work.in_thread(lease, images)
+            for i, image in zip(misses, made, strict=True):
+                images[i] = image
+                if caching and cache is not None:
+                    cache.put(keys[i], image)
+        elif lease is not None:
+            lease.hold(sum(_held(image) for image in images))  # nothing will be decoded
+        ready = [image for image in images if image is not None]
+        preprocessed = await _joined(ready)
     except MediaError as exc:
         raise media_error_to_tandem(exc) from exc
     except ValueError as exc:
@@ -154,36 +177,173 @@ async def process_images(
     )
 
 
-def _decode_preprocess_hash(
-    fetched: Sequence[FetchedMedia],
-    processor: ImageProcessor,
-    policy: MediaPolicy,
-    timings: MediaTimings,
-) -> tuple[PreprocessedImages, list[str]]:
-    # Runs in a worker thread. Hashes are over the encoded bytes as fetched, so they do not
-    # depend on the decoder (docs/pd-contract.md §4); they are computed here only to keep CPU
-    # work off the event loop.
-    hashes = [media_hash(item.data) for item in fetched]
-    decode_s = 0.0
+def _costs_and_hashes(
+    blobs: Sequence[bytes], policy: MediaPolicy, processor: ImageProcessor
+) -> tuple[list[DecodeCost], list[str]]:
+    # Off the loop. The headers first: the pixel cap and malformed headers are refused
+    # before anything else, cache hits included. Hashes are over the encoded bytes as
+    # fetched, so they do not depend on the decoder (docs/pd-contract.md §4).
+    costs = image_costs(blobs, policy, processor, raw=True)
+    return costs, [media_hash(blob) for blob in blobs]
 
-    def decode(data: bytes) -> Image.Image:
-        nonlocal decode_s
-        began = time.perf_counter()
-        image = decode_image(data, policy, processor.resize_target)
-        decode_s += time.perf_counter() - began
+
+def _held(image: OneImage | None) -> int:
+    return 0 if image is None else image.pixels.nbytes
+
+
+class _Countdown:
+    """Releases ``lease`` when the last of ``count`` images is done with it."""
+
+    __slots__ = ("_lease", "_left")
+
+    def __init__(self, lease: ByteLease, count: int) -> None:
+        self._lease = lease
+        self._left = count
+
+    def release(self) -> None:
+        self._left -= 1
+        if self._left == 0:
+            self._lease.release()
+
+
+@dataclass(slots=True)
+class _Work:
+    """The cache misses of one request, decoded and preprocessed in the pool or a thread."""
+
+    blobs: Sequence[bytes]
+    misses: list[int]
+    costs: list[DecodeCost]
+    processor: ImageProcessor
+    policy: MediaPolicy
+    timings: MediaTimings
+
+    def _charge(
+        self, lease: ByteLease, images: Sequence[OneImage | None], parallel: int
+    ) -> tuple[int, int]:
+        """Charge the request's peak before a pixel is decoded: (images at once, the
+        decode working bytes charged).
+
+        The pixel values of every image (hits at their real size), plus the decode
+        working set of the ``parallel`` largest misses, as that many run at once. If that
+        does not fit, one at a time, as in-process decoding does: the same refusals then.
+        """
+        outputs = sum(_held(image) for image in images)
+        outputs += sum(self.costs[i].outputs for i in self.misses)
+        working = sorted((self.costs[i].working for i in self.misses), reverse=True)
+        if parallel > 1:
+            try:
+                lease.hold(outputs + sum(working[:parallel]))
+                return parallel, sum(working[:parallel])
+            except TandemError:  # the budget's refusal; one at a time may still fit
+                pass
+        lease.hold(outputs + working[0])  # refused (413/429) before a single pixel is decoded
+        return 1, working[0]
+
+    async def in_pool(
+        self,
+        pool: ImagePool,
+        spec: ProcessorSpec,
+        lease: ByteLease | None,
+        images: Sequence[OneImage | None],
+    ) -> list[OneImage]:
+        parallel = min(pool.workers, len(self.misses))
+        decoding: _Countdown | None = None
+        if lease is not None:
+            # Released when the pool is done with the last of these images, even if this
+            # request is cancelled meanwhile (the pool process still holds the frames).
+            parallel, working = self._charge(lease, images, parallel)
+            decoding = _Countdown(lease.split(working), len(self.misses))
+        made: list[OneImage] = []
+        if parallel == 1:
+            for n, i in enumerate(self.misses):
+                try:
+                    pending = pool.submit(self.blobs[i], spec, self.policy, True, decoding)
+                except BaseException:
+                    self._give_back(decoding, len(self.misses) - n - 1)
+                    raise
+                try:
+                    made.append(self._timed(await pending.result()))
+                except BaseException:
+                    self._give_back(decoding, len(self.misses) - n - 1)
+                    raise
+            return made
+        queued: list[PendingImage] = []
+        try:
+            for n, i in enumerate(self.misses):
+                try:
+                    queued.append(pool.submit(self.blobs[i], spec, self.policy, True, decoding))
+                except BaseException:
+                    self._give_back(decoding, len(self.misses) - n - 1)
+                    raise
+            for pending in queued:
+                made.append(self._timed(await pending.result()))
+        except BaseException:
+            for pending in queued[len(made) :]:
+                pending.abandon()  # the rest of a failed request: queued ones never run
+            raise
+        return made
+
+    def _timed(self, answer: tuple[OneImage, float, float]) -> OneImage:
+        image, decode_s, preprocess_s = answer
+        self.timings.decode_s += decode_s
+        self.timings.preprocess_s += preprocess_s
         return image
 
-    started = time.perf_counter()
-    # One image decoded at a time (see decode_cost). Raw uint8 pixels: a quarter of the
-    # float32 bytes while the request is in flight, and what workers that normalize on
-    # device need; others get them normalized (bit-exactly) when their leg is sent
-    # (PixelPayload.for_worker).
-    preprocessed = preprocess_one_at_a_time(
-        [item.data for item in fetched], decode, processor, raw=True
+    @staticmethod
+    def _give_back(decoding: _Countdown | None, unsubmitted: int) -> None:
+        # Images never submitted release their share here (submitted ones on completion).
+        for _ in range(unsubmitted if decoding is not None else 0):
+            assert decoding is not None
+            decoding.release()
+
+    async def in_thread(
+        self, lease: ByteLease | None, images: Sequence[OneImage | None]
+    ) -> list[OneImage]:
+        decoding = None
+        if lease is not None:
+            _, working = self._charge(lease, images, 1)
+            # The decoded frames' share stays charged until the thread is done with them,
+            # even if this request is cancelled meanwhile; the rest is the pixel values'.
+            decoding = lease.split(working)
+        return await run_in_thread_holding(decoding, self._decode_misses)
+
+    def _decode_misses(self) -> list[OneImage]:
+        # Runs in a worker thread: one image decoded, preprocessed and freed at a time.
+        made: list[OneImage] = []
+        for i in self.misses:
+            pre, decode_s, preprocess_s = decode_and_preprocess(
+                self.blobs[i], self.processor, self.policy, raw=True
+            )
+            self.timings.decode_s += decode_s
+            self.timings.preprocess_s += preprocess_s
+            made.append(_one(pre))
+        return made
+
+
+def _one(pre: PreprocessedImages) -> OneImage:
+    patches = pre.patches_per_image
+    grids = {key: np.asarray(value) for key, value in pre.grids.items()}
+    return OneImage(
+        pre.pixel_values, int(pre.tokens_per_image[0]), grids, patches, pre.normalize_lut
     )
-    timings.decode_s = decode_s
-    timings.preprocess_s = time.perf_counter() - started - decode_s
-    return preprocessed, hashes
+
+
+async def _joined(images: list[OneImage]) -> PreprocessedImages:
+    """The request's batch, in plan order. Several images are copied into one array (off
+    the loop): the only pixel copy on the gateway side; one image is used as it is."""
+    pixels = [image.pixels for image in images]
+    joined = pixels[0] if len(pixels) == 1 else await asyncio.to_thread(join_pixels, pixels)
+    grids: dict[str, np.ndarray] = {}
+    for key in images[0].grids:
+        grids[key] = np.concatenate([image.grids[key] for image in images])
+    patches = [image.patches for image in images if image.patches is not None]
+    return PreprocessedImages(
+        pixel_values=joined,
+        tokens_per_image=[image.tokens for image in images],
+        grids=grids,
+        patches_per_image=np.concatenate(patches) if patches else None,
+        normalize_lut=images[0].lut,
+    )
 
 
 def _check_batch(pre: PreprocessedImages, count: int) -> None:

@@ -28,7 +28,9 @@ from tandem.gateway.multimodal.inline_refs import (
 )
 from tandem.gateway.multimodal.media_refs import build_media_refs
 from tandem.gateway.multimodal.path import choose_mm_path
+from tandem.gateway.multimodal.pixel_cache import PixelCache
 from tandem.gateway.multimodal.plan import MediaPlan, check_anchors, plan_images
+from tandem.gateway.multimodal.pool import ImagePool
 from tandem.gateway.multimodal.process import process_images
 from tandem.gateway.workers.worker import Worker
 from tandem.media import media_hash
@@ -42,11 +44,15 @@ async def prepare_media(
     config: GatewayConfig,
     workers: Sequence[Worker],
     lease: ByteLease | None = None,
+    *,
+    pool: ImagePool | None = None,
+    cache: PixelCache | None = None,
 ) -> None:
     """``workers``: every registered worker of the model (healthy or not, every role).
 
     ``lease``: the request's share of the in-flight image budget, charged on the router
-    path before any image is decoded (gateway/multimodal/process.py).
+    path before any image is decoded (gateway/multimodal/process.py). ``pool`` and
+    ``cache``: the gateway's image pool (--mm-workers) and pixel cache, router path only.
     """
     if not ctx.image_urls:
         return
@@ -87,7 +93,9 @@ async def prepare_media(
             for pos, url in zip(anchors, plan.image_urls, strict=True)
         ]
         return
-    processed = await process_images(plan, model.info, model.processor, config.media, lease=lease)
+    processed = await process_images(
+        plan, model.info, model.processor, config.media, lease=lease, pool=pool, cache=cache
+    )
     metrics.MEDIA_FETCH_SECONDS.observe(processed.timings.fetch_s + processed.timings.decode_s)
     metrics.MEDIA_PREPROCESS_SECONDS.observe(processed.timings.preprocess_s)
     expanded, batch, ctx.pixels = expand_and_assemble_detached(

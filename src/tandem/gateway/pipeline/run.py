@@ -185,7 +185,14 @@ class Pipeline:
         timeout = self.config.request_timeout_s
         try:
             async with asyncio.timeout(timeout):
-                await prepare_media(ctx, self.config, workers, lease)
+                await prepare_media(
+                    ctx,
+                    self.config,
+                    workers,
+                    lease,
+                    pool=self.state.image_pool,
+                    cache=self.state.pixel_cache,
+                )
         except TimeoutError:
             raise make_error(
                 "request_timeout", f"media not ready within --request-timeout-secs={timeout}"

@@ -218,16 +218,20 @@ class WorkerClient:
         request: pb.GenerateRequest,
         timeout: float | None = None,
         pixels: PixelPayload | None = None,
+        on_done: Callable[[], None] | None = None,
     ) -> GenerateStream:
         """Start ``Generate``; errors (even "could not connect") surface while iterating.
 
         ``pixels`` (kept outside the message) are serialized here, once, into the outgoing
-        bytes; the caller may drop its reference as soon as this returns.
+        bytes; the caller may drop its reference as soon as this returns. ``on_done`` runs
+        when the call ends, however it ends (the leg's shared-memory segments go then).
         """
         if pixels is None:
             call = self._stub.Generate(request, timeout=timeout)
         else:
             call = self._generate_raw(serialize_with_pixels(request, pixels), timeout=timeout)
+        if on_done is not None:
+            call.add_done_callback(lambda _call: on_done())
         n = max(1, request.sampling_params.n)
         return GenerateStream(call, request.request_id, n, self._abort_in_background)
 

@@ -18,6 +18,7 @@ import grpc
 from tandem.gateway.workers.breaker import CircuitBreaker
 from tandem.gateway.workers.client import WorkerClient
 from tandem.gateway.workers.labels import model_id_of, worker_labels
+from tandem.gateway.workers.tensor_transport import TensorTransport
 from tandem.gateway.workers.worker import ROLES, Worker, WorkerRole
 from tandem.hostport import canonical_address
 
@@ -54,6 +55,8 @@ class WorkerRegistry:
         self._pending: set[str] = set()
         self._callbacks: list[ChangeCallback] = []
         self._closing: set[asyncio.Task[None]] = set()
+        # How legs' tensors travel (--multimodal-tensor-transport); the gateway sets it.
+        self.tensor_transport = TensorTransport()
 
     async def add(self, url: str, role: WorkerRole = "regular") -> Worker:
         """Connect to ``url``, discover its labels, and register it as healthy."""

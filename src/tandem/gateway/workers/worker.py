@@ -21,6 +21,7 @@ MM_PROCESSOR_LABEL = "mm_processor"
 MM_MEDIA_REF_SCHEMES_LABEL = "mm_media_ref_schemes"
 KV_CONNECTOR_LABEL = "kv_connector"
 DEVICE_NORMALIZE_LABEL = "mm_device_do_normalize"
+SHM_NAMESPACE_LABEL = "shm_namespace_id"
 
 
 @dataclass(slots=True)
@@ -66,6 +67,11 @@ class Worker:
     def device_normalizes(self) -> bool:
         """The worker rescales/normalizes pixels in the model: it needs raw uint8 pixels."""
         return self.labels.get(DEVICE_NORMALIZE_LABEL) == "true"
+
+    @property
+    def shm_namespace_id(self) -> str:
+        """``<boot_id>:<st_dev of /dev/shm>`` of the worker ("" if it reads no shared memory)."""
+        return self.labels.get(SHM_NAMESPACE_LABEL, "")
 
     @property
     def kv_connector(self) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -275,7 +275,10 @@ class FakeWorkerClient:
         request: GenerateRequest,
         timeout: float | None = None,
         pixels: PixelPayload | None = None,
+        on_done: Callable[[], None] | None = None,
     ) -> FakeGenerateStream:
+        # on_done releases a leg's shared-memory segments; unit tests send tensors inline,
+        # so there is nothing to release and no call end to hook it to.
         sent = GenerateRequest()
         sent.CopyFrom(request)  # the real client serializes before returning
         stream = FakeGenerateStream(self, sent, self.workers.handler_for(self.url))
