@@ -71,6 +71,8 @@ def _leg_delta(before: dict, after: dict, n: int) -> dict:
                 "requests_per_request": reqs / n,
                 "message_bytes": (counts["message_bytes"] - prev.get("message_bytes", 0)) / n,
                 "pixel_bytes": (counts["pixel_bytes"] - prev.get("pixel_bytes", 0)) / n,
+                # of which through /dev/shm (--multimodal-tensor-transport), not the message
+                "shm_bytes": (counts.get("shm_bytes", 0) - prev.get("shm_bytes", 0)) / n,
             }
     return out
 

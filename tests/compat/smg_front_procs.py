@@ -130,8 +130,9 @@ def worker_stats(worker: Proc) -> dict[str, Any]:
 
 
 def leg(stats: dict[str, Any], name: str) -> dict[str, int]:
-    """One leg's counters (``requests``, ``message_bytes``, ``pixel_bytes``); zeros if none."""
-    zero = {"requests": 0, "message_bytes": 0, "pixel_bytes": 0}
+    """One leg's counters (``requests``, ``message_bytes``, ``pixel_bytes``, ``shm_bytes``);
+    zeros if none."""
+    zero = {"requests": 0, "message_bytes": 0, "pixel_bytes": 0, "shm_bytes": 0}
     return {**zero, **stats.get("leg_bytes", {}).get(name, {})}
 
 
