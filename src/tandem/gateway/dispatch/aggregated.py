@@ -8,7 +8,7 @@ from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.leg_bytes import record_leg
 from tandem.gateway.dispatch.retry import with_retries
 from tandem.gateway.dispatch.selection import candidates, claim, pick
-from tandem.gateway.dispatch.streams import OpenedStream, first_frame, relay, send
+from tandem.gateway.dispatch.streams import OpenedStream, first_frame, relay, send, worker_pixels
 from tandem.gateway.multimodal.path import check_media_ref_schemes
 from tandem.gateway.workers.policies.base import Policy
 from tandem.gateway.workers.registry import WorkerRegistry
@@ -44,7 +44,9 @@ class AggregatedDispatcher:
         close = claim(worker, self.policy, ctx)
         ctx.served_by = [worker.url]
         try:
-            stream = send(self.registry, worker, wire, self.config.request_timeout_s, ctx.pixels)
+            pixels = await worker_pixels(ctx.pixels, worker)
+            stream = send(self.registry, worker, wire, self.config.request_timeout_s, pixels)
+            del pixels
             ctx.pixels = None  # sent: the gateway keeps no pixel copy
             stream, first = await first_frame(stream, worker, "worker_error")
         except TandemError as err:

@@ -18,7 +18,14 @@ from collections.abc import AsyncGenerator
 from tandem.errors import TandemError
 from tandem.gateway import metrics
 from tandem.gateway.dispatch.leg_bytes import record_leg
-from tandem.gateway.dispatch.streams import OpenedStream, first_frame, relay, send, start_stream
+from tandem.gateway.dispatch.streams import (
+    OpenedStream,
+    first_frame,
+    relay,
+    send,
+    start_stream,
+    worker_pixels,
+)
 from tandem.gateway.pd.connector import handoff, kv_mode_for_worker, mint_transfer_id, prefill_tag
 from tandem.gateway.pd.deferred_abort import abandon_decode
 from tandem.gateway.pd.forms import build_decode_leg, decode_form
@@ -63,7 +70,7 @@ async def open_parallel(
         pair.prefill,
         prefill_leg,
         timeout_s,
-        pixels,
+        await worker_pixels(pixels, pair.prefill),
         error_code="prefill_worker_failed_to_start",
     )
     del pixels  # serialized into the prefill call: the gateway keeps no copy

@@ -16,7 +16,13 @@ from tandem.errors import TandemError
 from tandem.gateway import metrics
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.leg_bytes import record_leg
-from tandem.gateway.dispatch.streams import OpenedStream, first_frame, relay, send
+from tandem.gateway.dispatch.streams import (
+    OpenedStream,
+    first_frame,
+    relay,
+    send,
+    worker_pixels,
+)
 from tandem.gateway.pd.connector import (
     KvKind,
     handoff,
@@ -84,7 +90,7 @@ async def open_sequential(
             pair.prefill,
             prefill_leg,
             timeout_s,
-            pixels,
+            await worker_pixels(pixels, pair.prefill),
             error_code="prefill_worker_failed_to_start",
         )
         if decode_pixels is None:
@@ -125,7 +131,7 @@ async def open_sequential(
             pair.decode,
             decode_leg,
             timeout_s,
-            decode_pixels,
+            await worker_pixels(decode_pixels, pair.decode),
             error_code="decode_worker_failed_to_start",
         )
         ctx.pixels = pixels = decode_pixels = None
