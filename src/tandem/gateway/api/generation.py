@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_valid
 from pydantic_core import PydanticCustomError
 
 from tandem.errors import make_error
-from tandem.gateway.api.schemas_chat import INVALID, STRICT_IGNORE_EXTRA
+from tandem.gateway.api.schemas_chat import INVALID, STRICT_IGNORE_EXTRA, without_nulls
 from tandem.gateway.api.structured import Constraint, request_constraint
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -150,16 +150,7 @@ class GenerationParams(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _null_means_default(cls, data: Any) -> Any:
-        # The SDK and many clients send explicit nulls for unset options. A null in a
-        # required field is kept so it fails as a type error.
-        if not isinstance(data, dict):
-            return data
-        fields = cls.model_fields
-        return {
-            k: v
-            for k, v in data.items()
-            if v is not None or (k in fields and fields[k].is_required())
-        }
+        return without_nulls(cls, data)
 
     @field_validator("stop", mode="before")
     @classmethod

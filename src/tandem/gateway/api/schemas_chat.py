@@ -25,6 +25,20 @@ UNSUPPORTED_PART = "tandem_unsupported_content_part"
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 
 
+def without_nulls(model: type[BaseModel], data: Any) -> Any:
+    """A body's explicit nulls dropped, so each optional field takes its default.
+
+    The SDK and many clients send ``null`` for unset options. A null in a required field is
+    kept so that it fails as a type error. For ``mode="before"`` model validators.
+    """
+    if not isinstance(data, dict):
+        return data
+    fields = model.model_fields
+    return {
+        k: v for k, v in data.items() if v is not None or (k in fields and fields[k].is_required())
+    }
+
+
 class TextPart(BaseModel):
     model_config = STRICT_IGNORE_EXTRA
 

@@ -29,7 +29,13 @@ from pydantic import (
 from tandem.errors import make_error
 from tandem.gateway.api.generation import TokenId
 from tandem.gateway.api.schemas import _to_tandem_error
-from tandem.gateway.api.schemas_chat import INVALID, STRICT_IGNORE_EXTRA, ChatMessage, TextPart
+from tandem.gateway.api.schemas_chat import (
+    INVALID,
+    STRICT_IGNORE_EXTRA,
+    ChatMessage,
+    TextPart,
+    without_nulls,
+)
 from tandem.gateway.api.tools import MAX_TOOLS, Tool, template_tools, tool_mode
 
 # vLLM's chat-form fields that would change the prompt in a way the gateway does not
@@ -55,14 +61,7 @@ class _Options(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _null_means_default(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        fields = cls.model_fields
-        return {
-            k: v
-            for k, v in data.items()
-            if v is not None or (k in fields and fields[k].is_required())
-        }
+        return without_nulls(cls, data)
 
 
 class TokenizePromptRequest(_Options):

@@ -24,7 +24,12 @@ from pydantic_core import PydanticCustomError
 from tandem.errors import TandemError, make_error
 from tandem.gateway.api.generation import MAX_TOP_LOGPROBS, TokenCount
 from tandem.gateway.api.schemas import error_param
-from tandem.gateway.api.schemas_chat import INVALID, STRICT_IGNORE_EXTRA, UNSUPPORTED_PART
+from tandem.gateway.api.schemas_chat import (
+    INVALID,
+    STRICT_IGNORE_EXTRA,
+    UNSUPPORTED_PART,
+    without_nulls,
+)
 from tandem.gateway.api.tools import MAX_TOOLS
 from tandem.gateway.responses.input_models import InputItem, text_or_list
 
@@ -175,8 +180,7 @@ class ResponsesRequest(BaseModel):
     @classmethod
     def _refused(cls, data: Any) -> Any:
         if isinstance(data, dict):
-            # Clients send explicit nulls for unset options: null means the default.
-            data = {k: v for k, v in data.items() if v is not None or k in ("model", "input")}
+            data = without_nulls(cls, data)
             for name, why in _REFUSED.items():
                 if data.get(name) not in (None, [], {}):
                     raise make_error("unsupported_parameter", f"{why}: remove '{name}'", param=name)
