@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import os
 from pathlib import Path
@@ -98,6 +99,42 @@ def test_data_url_parser_raises_only_media_errors(text: str) -> None:
 @given(payload=st.binary(max_size=512))
 def test_data_url_round_trips_any_bytes(payload: bytes) -> None:
     assert parse_data_url(_data_url(payload), MediaPolicy()).data == payload
+
+
+def _binascii_strict(payload: str) -> bytes | None:
+    """The reference rule: binascii's strict mode plus at most two '=' (inline.py)."""
+    if len(payload) % 4 or len(payload) - len(payload.rstrip("=")) > 2:
+        return None
+    try:
+        return binascii.a2b_base64(payload, strict_mode=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+_B64_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_ \n\té\x00"
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    payload=st.binary(max_size=16),
+    at=st.integers(min_value=0, max_value=40),
+    char=st.sampled_from(_B64_CHARS),
+    noise=st.text(alphabet=_B64_CHARS, max_size=12),
+)
+def test_data_urls_are_decoded_exactly_as_binascii_strict_mode_would(
+    payload: bytes, at: int, char: str, noise: str
+) -> None:
+    """The SIMD decoder accepts and refuses what binascii's strict mode does, byte for byte:
+    valid payloads, one character replaced anywhere, and arbitrary strings."""
+    valid = base64.b64encode(payload).decode()
+    mutated = valid[:at] + char + valid[at + 1 :] if at < len(valid) else valid + char
+    for text in (valid, mutated, noise):
+        want = _binascii_strict(text)
+        try:
+            got: bytes | None = parse_data_url("data:image/png;base64," + text, MediaPolicy()).data
+        except MediaDecodeFailed:
+            got = None
+        assert got == want, text
 
 
 # --- file:// ---------------------------------------------------------------------------

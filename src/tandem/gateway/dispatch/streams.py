@@ -52,7 +52,8 @@ async def worker_pixels(pixels: PixelPayload | None, worker: Worker) -> PixelPay
     """``pixels`` in the form ``worker`` takes, ready for :func:`send`.
 
     Normalizing raw pixels for a worker that does not normalize on device costs
-    milliseconds per large image (7 ms for 1024²); numpy releases the GIL meanwhile, so it
+    milliseconds per large image (1.3 ms of CPU for 1024² in the gateway, where the
+    mapped pages are touched for the first time); numpy releases the GIL meanwhile, so it
     runs in a thread and the event loop keeps relaying other requests' tokens.
     """
     if pixels is None or pixels.normalize_lut is None or worker.device_normalizes:

@@ -9,10 +9,12 @@ thread, so both modes give the same bits.
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 import time
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 
 import numpy as np
 from PIL import Image
@@ -22,21 +24,27 @@ from tandem.media import MediaError, MediaPolicy, decode_image
 from tandem.models.image_batch import preprocess_one_at_a_time
 from tandem.models.processor import ImageProcessor, PreprocessedImages
 
-# Processors by fingerprint; a gateway serves one model, a few covers a reload.
+# Processors by fingerprint, kept for the process's life: the gateway sends each one once
+# per process (a few KiB each; a gateway serves one model, a reload adds one).
 _PROCESSORS: dict[str, ImageProcessor] = {}
-_MAX_PROCESSORS = 4
 
 
 @dataclass(frozen=True, slots=True)
 class ImageTask:
-    """One image for a pool process. ``processor`` is the pickled ImageProcessor."""
+    """One image for a pool process.
+
+    ``processor`` is the pickled ImageProcessor, sent only with a process's first task of
+    that fingerprint (None after). The image's bytes are in the file ``source``, which the
+    pool process removes once read; the pixels go to the new file ``segment``. The gateway
+    names both, so it can remove them whatever happens to the process.
+    """
 
     fingerprint: str
-    processor: bytes
-    data: bytes
+    processor: bytes | None
+    source: str
     policy: MediaPolicy
     raw: bool
-    segment: str  # where to write the pixels (named by the gateway)
+    segment: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +67,18 @@ class ImageFailed:
 
     code: str | None  # a MediaError's code; None for a ValueError of the processor
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImageCrashed:
+    """Anything else raised while processing the image (a bug, MemoryError): a 500."""
+
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class WarmUp:
+    """A pool process's first message; the answer says whether torch got loaded (a bug)."""
 
 
 def decode_and_preprocess(
@@ -84,12 +104,36 @@ def warm() -> bool:
     return sys.modules.get("torch") is not None
 
 
+def serve(conn: Connection) -> None:
+    """A pool process's whole life: answer each ``(id, message)`` frame, until EOF.
+
+    The gateway's event loop writes and reads the other end of ``conn`` itself (no threads
+    on its side, gateway/multimodal/pool_process.py), one frame per message, in this
+    Connection's framing.
+    """
+    while True:
+        try:
+            frame = conn.recv_bytes()
+        except (EOFError, OSError):
+            return  # the gateway closed its end or is gone
+        # Our own gateway pickled it, over a private socket pair.
+        task_id, message = pickle.loads(frame)
+        answer: object
+        if isinstance(message, WarmUp):
+            answer = warm()
+        else:
+            try:
+                answer = run_task(message)
+            except Exception as exc:  # reported to the gateway, not lost in this process
+                answer = ImageCrashed(f"{type(exc).__name__}: {exc}")
+        conn.send_bytes(pickle.dumps((task_id, answer), protocol=pickle.HIGHEST_PROTOCOL))
+
+
 def run_task(task: ImageTask) -> ImageDone | ImageFailed:
     processor = _processor(task.fingerprint, task.processor)
+    data = _take_source(task.source)
     try:
-        pre, decode_s, preprocess_s = decode_and_preprocess(
-            task.data, processor, task.policy, task.raw
-        )
+        pre, decode_s, preprocess_s = decode_and_preprocess(data, processor, task.policy, task.raw)
     except MediaError as exc:
         return ImageFailed(exc.code, exc.message)
     except ValueError as exc:
@@ -108,12 +152,23 @@ def run_task(task: ImageTask) -> ImageDone | ImageFailed:
     )
 
 
-def _processor(fingerprint: str, blob: bytes) -> ImageProcessor:
+def _take_source(path: str) -> bytes:
+    """The image's bytes from the gateway's file, which is removed at once."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.unlink(path)
+        with open(fd, "rb", closefd=False) as source:
+            return source.read()
+    finally:
+        os.close(fd)
+
+
+def _processor(fingerprint: str, blob: bytes | None) -> ImageProcessor:
     processor = _PROCESSORS.get(fingerprint)
     if processor is None:
+        if blob is None:
+            raise RuntimeError(f"processor {fingerprint} was never sent to this process")
         # Our own gateway pickled it (gateway/multimodal/pool.py), over a private pipe.
         processor = pickle.loads(blob)
-        if len(_PROCESSORS) >= _MAX_PROCESSORS:
-            _PROCESSORS.pop(next(iter(_PROCESSORS)))
         _PROCESSORS[fingerprint] = processor
     return processor

@@ -25,7 +25,6 @@ from tandem.gateway import metrics
 from tandem.gateway.multimodal import ProcessedImages, plan_images, process_images
 from tandem.gateway.multimodal.pixel_segments import PREFIX, segment_dir
 from tandem.gateway.multimodal.pool import ImagePool
-from tandem.gateway.multimodal.pool_worker import warm
 from tandem.media import MediaPolicy
 from tandem.media.budget import ByteBudget
 
@@ -128,8 +127,7 @@ async def test_pool_charges_the_budget_as_in_process(model: Model, pool: ImagePo
 
 
 async def test_pool_processes_are_torch_free(pool: ImagePool) -> None:
-    for slot in pool._slots:
-        assert slot.executor.submit(warm).result(timeout=60) is False
+    assert pool.torch_loaded() == [False, False]
 
 
 async def test_a_refused_image_is_the_same_400_as_in_process(qwen: Model, pool: ImagePool) -> None:
@@ -164,7 +162,7 @@ async def test_a_killed_pool_process_fails_its_images_then_the_pool_recovers(
         # A process killed while idle costs no request anything.
         (idle,) = pool.pids()
         os.kill(idle, signal.SIGKILL)
-        await asyncio.sleep(0.3)  # the executor notices the death
+        await asyncio.sleep(0.3)  # the loop notices the death (the process's sentinel)
         await run(qwen, IMAGES[:1], pool)
         assert segments() == before
     finally:
