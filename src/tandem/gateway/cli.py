@@ -55,6 +55,13 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         "default: the usable CPUs less one, 1 to 4)",
     )
     p.add_argument(
+        "--mm-workers-nice",
+        type=int,
+        default=_DEFAULTS.mm_workers_nice,
+        help="niceness added to the image pool processes, 0 to 19 (default 10): token "
+        "relaying on the event loop goes first where they share CPUs",
+    )
+    p.add_argument(
         "--mm-pixel-cache-mb",
         type=int,
         default=_DEFAULTS.mm_pixel_cache_mb,
@@ -161,6 +168,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         mm_processing=args.mm_processing,
         mm_per_request_image_limit=args.mm_per_request_image_limit,
         mm_workers=args.mm_workers,
+        mm_workers_nice=args.mm_workers_nice,
         mm_pixel_cache_mb=args.mm_pixel_cache_mb,
         media=media,
         max_payload_size=args.max_payload_size,

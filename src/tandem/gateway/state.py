@@ -96,7 +96,7 @@ class GatewayState:
         )
         self.health.start()
         if config.mm_workers:
-            pool = ImagePool(config.mm_workers)
+            pool = ImagePool(config.mm_workers, config.mm_workers_nice)
             await pool.start()  # warmed before the first request (imports done once)
             self.image_pool = pool
         if config.model_path is not None or len(self.registry):

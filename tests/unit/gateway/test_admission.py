@@ -180,16 +180,23 @@ def test_gateway_flags_reach_the_config() -> None:
             "7.5",
             "--health-failure-threshold",
             "4",
+            "--mm-workers-nice",
+            "3",
         ]
     )
     config = config_from_args(args)
     assert (config.health_timeout_s, config.health_failure_threshold) == (7.5, 4)
     assert (config.mm_max_inflight_bytes, config.max_concurrent_requests) == (0, 3)
     assert (config.max_queued_requests, config.drain_timeout_s) == (4, 5.0)
+    assert config.mm_workers_nice == 3
     defaults = config_from_args(build_parser().parse_args(["gateway"]))
     assert defaults.mm_max_inflight_bytes == 512 << 20
     assert (defaults.max_concurrent_requests, defaults.max_queued_requests) == (256, 512)
     assert (defaults.health_timeout_s, defaults.health_failure_threshold) == (2.0, 2)
+    assert defaults.mm_workers_nice == 10
+    for nice in (-1, 20):
+        with pytest.raises(ValueError, match="--mm-workers-nice"):
+            GatewayConfig(mm_workers_nice=nice)
     with pytest.raises(ValueError):
         GatewayConfig(max_queued_requests=-1)
     with pytest.raises(ValueError):

@@ -136,10 +136,11 @@ class _Slot:
 class ImagePool:
     """N pool processes. ``start`` and ``stop`` from the event loop; ``submit`` per image."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, nice: int = 0) -> None:
         if workers < 1:
             raise ValueError("an image pool needs at least one process")
         self.workers = workers
+        self.nice = nice  # added to each process's niceness (--mm-workers-nice)
         self._context = multiprocessing.get_context("forkserver")
         self._slots: list[_Slot] = []
         self._ids = itertools.count(1)
@@ -147,7 +148,7 @@ class ImagePool:
         self._closed = False
 
     def _new_process(self, index: int) -> PoolProcess:
-        process = PoolProcess(self._context, index)
+        process = PoolProcess(self._context, index, self.nice)
         try:
             process.warm_blocking()
         except BaseException:

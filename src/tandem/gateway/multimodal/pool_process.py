@@ -37,13 +37,13 @@ OnDeath = Callable[[], None]
 class PoolProcess:
     """A started pool process; :meth:`attach` hands its socket to the running loop."""
 
-    def __init__(self, context: ForkServerContext, index: int) -> None:
+    def __init__(self, context: ForkServerContext, index: int, nice: int = 0) -> None:
         self.index = index
         self.torch_loaded = False
         parent, child = context.Pipe(duplex=True)
         self._conn: Connection = parent
         self._process: BaseProcess = context.Process(
-            target=serve, args=(child,), name=f"tandem-mmpool-{index}", daemon=True
+            target=serve, args=(child, nice), name=f"tandem-mmpool-{index}", daemon=True
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._out = bytearray()

@@ -104,13 +104,19 @@ def warm() -> bool:
     return sys.modules.get("torch") is not None
 
 
-def serve(conn: Connection) -> None:
+def serve(conn: Connection, nice: int = 0) -> None:
     """A pool process's whole life: answer each ``(id, message)`` frame, until EOF.
+
+    ``nice`` lowers the process's CPU priority (``--mm-workers-nice``): where it shares a
+    CPU with the event loop, the loop then runs as soon as it has tokens to relay instead
+    of waiting out the pool process's time slice (≈ 3 ms here, the whole text ITL p99).
 
     The gateway's event loop writes and reads the other end of ``conn`` itself (no threads
     on its side, gateway/multimodal/pool_process.py), one frame per message, in this
     Connection's framing.
     """
+    if nice:
+        os.nice(nice)
     while True:
         try:
             frame = conn.recv_bytes()

@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -128,6 +129,23 @@ async def test_pool_charges_the_budget_as_in_process(model: Model, pool: ImagePo
 
 async def test_pool_processes_are_torch_free(pool: ImagePool) -> None:
     assert pool.torch_loaded() == [False, False]
+
+
+def niceness(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+async def test_pool_processes_run_below_the_event_loop(qwen: Model) -> None:
+    """--mm-workers-nice: the processes' niceness is the gateway's plus the flag's."""
+    for nice in (0, 7):
+        pool = ImagePool(1, nice)
+        await pool.start()
+        try:
+            await run(qwen, IMAGES[:1], pool)
+            (pid,) = pool.pids()
+            assert niceness(pid) == min(19, niceness(os.getpid()) + nice)
+        finally:
+            await pool.stop()
 
 
 async def test_a_refused_image_is_the_same_400_as_in_process(qwen: Model, pool: ImagePool) -> None:
