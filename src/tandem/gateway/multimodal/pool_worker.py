@@ -174,7 +174,7 @@ def _processor(fingerprint: str, blob: bytes | None) -> ImageProcessor:
     if processor is None:
         if blob is None:
             raise RuntimeError(f"processor {fingerprint} was never sent to this process")
-        # Our own gateway pickled it (gateway/multimodal/pool.py), over a private pipe.
+        # Our own gateway pickled it (gateway/multimodal/pool.py), over a private socket pair.
         processor = pickle.loads(blob)
         _PROCESSORS[fingerprint] = processor
     return processor
