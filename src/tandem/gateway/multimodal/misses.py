@@ -16,7 +16,8 @@ import numpy as np
 
 from tandem.errors import TandemError
 from tandem.gateway.multimodal.pixel_cache import OneImage
-from tandem.gateway.multimodal.pool import ImagePool, PendingImage, ProcessorSpec
+from tandem.gateway.multimodal.pool import ImagePool, PendingImage
+from tandem.gateway.multimodal.pool_spec import ProcessorSpec
 from tandem.gateway.multimodal.pool_worker import decode_and_preprocess
 from tandem.media import MediaPolicy
 from tandem.media.budget import ByteLease, run_in_thread_holding

@@ -21,14 +21,10 @@ import asyncio
 import itertools
 import logging
 import multiprocessing
-import pickle
 from collections import deque
-from dataclasses import dataclass
 from typing import Protocol
-from weakref import WeakKeyDictionary
 
 import numpy as np
-from blake3 import blake3
 
 from tandem.errors import make_error
 from tandem.gateway import metrics
@@ -41,50 +37,15 @@ from tandem.gateway.multimodal.pixel_segments import (
     write_segment,
 )
 from tandem.gateway.multimodal.pool_process import PoolProcess
+from tandem.gateway.multimodal.pool_spec import ProcessorSpec
 from tandem.gateway.multimodal.pool_worker import ImageCrashed, ImageDone, ImageFailed, ImageTask
 from tandem.media import MediaError, MediaPolicy
-from tandem.models.info import ModelInfo
-from tandem.models.processor import ImageProcessor
 
 log = logging.getLogger("tandem.gateway.multimodal")
 
 _PRELOAD = "tandem.gateway.multimodal.pool_preload"
 # Images sent to one process at a time: one running, one ready for it in the socket.
 _IN_PROCESS = 2
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessorSpec:
-    """A processor as a pool process gets it, and the fingerprint of what it makes."""
-
-    fingerprint: str
-    blob: bytes
-
-
-_SPECS: WeakKeyDictionary[ImageProcessor, dict[tuple[bool, bool], ProcessorSpec]] = (
-    WeakKeyDictionary()
-)
-
-
-def processor_spec(
-    processor: ImageProcessor, info: ModelInfo, policy: MediaPolicy, raw: bool
-) -> ProcessorSpec:
-    """The pickled processor and the fingerprint of (model, processor config, options).
-
-    The fingerprint keys the pixel cache with the image's hash: two models, two processor
-    configs or raw vs normalized output never share an entry. Computed once per processor.
-    """
-    per = _SPECS.setdefault(processor, {})
-    options = (raw, policy.jpeg_draft)  # jpeg_draft changes the decoded pixels
-    spec = per.get(options)
-    if spec is None:
-        blob = pickle.dumps(processor, protocol=pickle.HIGHEST_PROTOCOL)
-        identity = repr((str(info.model_dir), info.model_type, info.image_token_id, options))
-        digest = blake3(identity.encode())
-        digest.update(blob)
-        spec = ProcessorSpec(digest.hexdigest(), blob)
-        per[options] = spec
-    return spec
 
 
 class Releasable(Protocol):

@@ -26,7 +26,8 @@ from tandem.errors import TandemError, make_error
 from tandem.gateway.multimodal.misses import MissWork, held_bytes
 from tandem.gateway.multimodal.pixel_cache import CacheKey, OneImage, PixelCache
 from tandem.gateway.multimodal.plan import MediaPlan
-from tandem.gateway.multimodal.pool import ImagePool, processor_spec
+from tandem.gateway.multimodal.pool import ImagePool
+from tandem.gateway.multimodal.pool_spec import processor_spec
 from tandem.media import (
     MediaError,
     MediaPolicy,

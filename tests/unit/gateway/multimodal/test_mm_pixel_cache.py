@@ -11,7 +11,8 @@ from mm_gateway_origin import data_url, png_bytes
 from tandem.gateway import metrics
 from tandem.gateway.multimodal import ProcessedImages, plan_images, process_images
 from tandem.gateway.multimodal.pixel_cache import OneImage, PixelCache
-from tandem.gateway.multimodal.pool import ImagePool, processor_spec
+from tandem.gateway.multimodal.pool import ImagePool
+from tandem.gateway.multimodal.pool_spec import processor_spec
 from tandem.media import MediaPolicy, media_hash
 from tandem.media.budget import ByteBudget
 

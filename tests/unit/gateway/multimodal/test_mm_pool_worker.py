@@ -13,7 +13,7 @@ from mm_gateway_models import Model
 from mm_gateway_origin import png_bytes
 
 from tandem.gateway.multimodal.pixel_segments import map_segment, new_segment_path
-from tandem.gateway.multimodal.pool import processor_spec
+from tandem.gateway.multimodal.pool_spec import processor_spec
 from tandem.gateway.multimodal.pool_worker import (
     ImageCrashed,
     ImageDone,
