@@ -121,7 +121,8 @@ class PoolProcess:
             end = _HEADER.size + size
             if len(self._in) < end:
                 break
-            task_id, answer = pickle.loads(memoryview(self._in)[_HEADER.size : end])
+            # A slice of a bytearray is a copy (a few KiB): no buffer export outlives it.
+            task_id, answer = pickle.loads(self._in[_HEADER.size : end])
             del self._in[:end]
             assert self._on_answer is not None
             self._on_answer(task_id, answer)
