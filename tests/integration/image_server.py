@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import io
 import socket
 import threading
@@ -18,6 +19,20 @@ def png_bytes(seed: int, size: tuple[int, int] = (64, 48)) -> bytes:
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="PNG")
     return buffer.getvalue()
+
+
+def image_messages(seed: int) -> list[dict]:
+    """One user turn: the PNG of ``seed`` as a data URL, then a question."""
+    url = "data:image/png;base64," + base64.b64encode(png_bytes(seed)).decode()
+    return [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": url}},
+                {"type": "text", "text": "What do you see?"},
+            ],
+        }
+    ]
 
 
 class ImageServer:

@@ -7,13 +7,12 @@ goes through a real KV pull, and the decode leg carries no pixel bytes.
 from __future__ import annotations
 
 import asyncio
-import base64
 from pathlib import Path
 
 import openai
 import pytest
 
-from .image_server import png_bytes
+from .image_server import image_messages
 from .processes import Proc, start_all
 from .wire_helpers import stats
 
@@ -48,19 +47,6 @@ def client(gateway: Proc) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{gateway.address}/v1", api_key="x", max_retries=0)
 
 
-def image_message(seed: int) -> list[dict]:
-    url = "data:image/png;base64," + base64.b64encode(png_bytes(seed)).decode()
-    return [
-        {
-            "role": "user",
-            "content": [
-                {"type": "image_url", "image_url": {"url": url}},
-                {"type": "text", "text": "What do you see?"},
-            ],
-        }
-    ]
-
-
 def test_text_and_image_through_null_pd(null_pd) -> None:
     c = client(null_pd["gateway"])
     text = c.chat.completions.create(
@@ -72,7 +58,7 @@ def test_text_and_image_through_null_pd(null_pd) -> None:
     assert text.choices[0].finish_reason == "length"
     assert text.usage.completion_tokens == 5
     chunks = c.chat.completions.create(
-        model="tiny-qwen3-vl", messages=image_message(1), max_tokens=7, stream=True
+        model="tiny-qwen3-vl", messages=image_messages(1), max_tokens=7, stream=True
     )
     streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert streamed == "null en"

@@ -9,7 +9,6 @@ not read its request yet: the segment is written, nobody has read it.
 from __future__ import annotations
 
 import asyncio
-import base64
 import os
 import signal
 import threading
@@ -23,7 +22,7 @@ import pytest
 from tandem.wire.proto import TensorData, common, pb
 from tandem.wire.shm import shm_namespace_id
 
-from .image_server import png_bytes
+from .image_server import image_messages
 from .processes import Proc, start_all
 from .wire_helpers import call, generate, healthy, request, stats
 
@@ -46,19 +45,6 @@ def client(gateway: Proc, timeout: float = 60.0) -> openai.OpenAI:
     return openai.OpenAI(
         base_url=f"{gateway.address}/v1", api_key="x", max_retries=0, timeout=timeout
     )
-
-
-def image_messages(seed: int) -> list[dict]:
-    url = "data:image/png;base64," + base64.b64encode(png_bytes(seed)).decode()
-    return [
-        {
-            "role": "user",
-            "content": [
-                {"type": "image_url", "image_url": {"url": url}},
-                {"type": "text", "text": "What do you see?"},
-            ],
-        }
-    ]
 
 
 def answer(gateway: Proc, seed: int) -> str:

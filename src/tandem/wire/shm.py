@@ -222,7 +222,8 @@ class SegmentWriter:
             unlink_quietly(path)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` names a live process (owners of leftover /dev/shm files)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -257,7 +258,7 @@ def sweep_stale_segments(shm_dir: Path = SHM_DIR) -> list[str]:
         if match is None or int(match.group(2)) != own_ns:
             continue
         pid = int(match.group(1))
-        stale = include_own if pid == own_pid else not _pid_alive(pid)
+        stale = include_own if pid == own_pid else not pid_alive(pid)
         if not stale:
             continue
         try:

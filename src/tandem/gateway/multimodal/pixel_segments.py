@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tandem.wire.shm import pid_alive
+
 # Distinct from the tensor transport's segments (wire/shm*): this sweep must never touch them.
 PREFIX = "tandem-mmpool-"
 
@@ -86,19 +88,9 @@ def sweep_stale_segments(directory: Path | None = None) -> int:
         if not name.startswith(PREFIX):
             continue
         owner = name[len(PREFIX) :].partition("-")[0]
-        if not owner.isdigit() or _alive(int(owner)):
+        if not owner.isdigit() or pid_alive(int(owner)):
             continue
         with contextlib.suppress(OSError):
             os.unlink(base / name)
             removed += 1
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive, and not ours to judge
-    return True

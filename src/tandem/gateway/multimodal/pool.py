@@ -257,17 +257,6 @@ class ImagePool:
         self._pump(slot)
         return PendingImage(self, slot, task)
 
-    async def process(
-        self,
-        data: bytes,
-        spec: ProcessorSpec,
-        policy: MediaPolicy,
-        raw: bool,
-        working: Releasable | None = None,
-    ) -> tuple[OneImage, float, float]:
-        """:meth:`submit`, then :meth:`PendingImage.result`."""
-        return await self.submit(data, spec, policy, raw, working).result()
-
     def _pump(self, slot: _Slot) -> None:
         process = slot.process
         while process is not None and slot.waiting and len(slot.sent) < _IN_PROCESS:
