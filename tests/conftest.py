@@ -44,12 +44,18 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 
 @pytest.fixture(scope="session")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache dir holding both built-in models; child processes inherit it via the env."""
-    root = Path(os.environ.get("TANDEM_TEST_CACHE_DIR") or tmp_path_factory.mktemp("models"))
-    os.environ["TANDEM_CACHE_DIR"] = str(root)
-    from tandem.engine.builtin import generate_builtin
+def model_cache() -> Path:
+    """A cache dir holding both built-in models; child processes inherit it via the env.
 
+    The user's model cache (``make serve`` uses the same one) unless TANDEM_TEST_CACHE_DIR
+    names another: generating a model trains it for about two minutes, and the cache is
+    keyed by content (engine/builtin.py), so a session only reuses checkpoints that the
+    generator of this very checkout would write.
+    """
+    from tandem.engine.builtin import default_cache_root, generate_builtin
+
+    root = Path(os.environ.get("TANDEM_TEST_CACHE_DIR") or default_cache_root())
+    os.environ["TANDEM_CACHE_DIR"] = str(root)
     for name in ("tiny-qwen3-vl", "tiny-llava-1.5"):
         generate_builtin(name, root)
     return root

@@ -6,8 +6,9 @@ compile settings (docs/pd-contract.md §20; vLLM pinned to it in ``vllm_procs``)
 answers must be identical and logprobs — the raw log-softmax after the grammar mask,
 before logit bias — equal up to float32 noise.
 
-The built-in models have random weights: the schemas and grammars here are bounded so that
-greedy decoding finishes; ``json_object`` and a schema without the whitespace bias are open
+The built-in models know only pictures of shapes (and a little JSON): the schemas and
+grammars here are bounded so that greedy decoding finishes; ``json_object`` and a schema
+without the whitespace bias are open
 (xgrammar's JSON grammars allow any whitespace, as vLLM's do) and are compared on their
 text and finish reason whatever they are.
 """

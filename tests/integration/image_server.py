@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import random
 import socket
 import threading
 from collections import Counter
@@ -12,8 +13,29 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 from PIL import Image
 
+from tandem.engine.builtin_shapes import COLOURS, SHAPES, draw
 
-def png_bytes(seed: int, size: tuple[int, int] = (64, 48)) -> bytes:
+
+def shape_of(seed: int) -> tuple[str, str]:
+    """The colour and shape of picture ``seed``: consecutive seeds differ in colour, and
+    seeds ``k`` and ``k + 6`` in shape only, so two seeds a test picks look different to the
+    built-in models (engine/builtin_shapes.py) unless they are 18 apart."""
+    colours = list(COLOURS)
+    return colours[seed % len(colours)], SHAPES[(seed // len(colours)) % len(SHAPES)]
+
+
+def png_bytes(seed: int, size: tuple[int, int] = (112, 96)) -> bytes:
+    """A picture the built-in models were trained to read: ``shape_of(seed)``, drawn with a
+    seeded position and colour jitter, so every seed has bytes (and a hash) of its own.
+
+    The default size is within the training pictures' (96 to 160 a side); much smaller ones
+    are read less reliably (a 64x48 picture is four tokens for tiny-qwen3-vl)."""
+    colour, shape = shape_of(seed)
+    return draw(colour, shape, size, random.Random(seed)).png()
+
+
+def noise_png_bytes(seed: int, size: tuple[int, int] = (64, 48)) -> bytes:
+    """Random pixels: a PNG that does not compress (for byte-size limits)."""
     rng = np.random.default_rng(seed)
     pixels = rng.integers(0, 256, size=(size[1], size[0], 3), dtype=np.uint8)
     buffer = io.BytesIO()

@@ -302,7 +302,7 @@ def test_streamed_function_call(procs) -> None:
         input="Weather?",
         tools=[WEATHER_TOOL],
         tool_choice="required",
-        parallel_tool_calls=False,  # one call: the array ends (random weights go on calling)
+        parallel_tool_calls=False,  # one call: the array ends (the tiny model may go on calling)
         max_output_tokens=160,
         temperature=0,
         extra_body={"logit_bias": NO_WHITESPACE},

@@ -7,8 +7,9 @@ worker can decode from KV). Every constrained answer is checked against its cons
 every PD answer (text, finish reason, logprobs) must equal the aggregated one, streamed and
 not: the constraint and the logprob request ride on the decode leg (docs/pd-contract.md §20).
 
-The models have random weights, so the schemas are bounded (enums, small integer ranges,
-no extra properties) and an open grammar (``json_object``) is checked for a valid start.
+The built-in models were trained on pictures of shapes and little JSON (engine/builtin_shapes.py),
+so the schemas are bounded (enums, small integer ranges, no extra properties) and an open
+grammar (``json_object``) is checked for a valid start.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import openai
 import pytest
 from PIL import Image
 
-from .image_server import png_bytes
+from .image_server import noise_png_bytes
 from .processes import Proc, start_all
 
 MODEL = "tiny-qwen3-vl"
@@ -75,7 +75,7 @@ def test_more_pixels_than_the_flag_allows_is_refused(client: openai.OpenAI) -> N
 
 
 def test_more_bytes_than_the_flag_allows_is_refused(client: openai.OpenAI) -> None:
-    png = png_bytes(seed=3, size=(32, 32))  # noise: ≈ 3 KiB, well under the pixel cap
+    png = noise_png_bytes(seed=3, size=(32, 32))  # ≈ 3 KiB, well under the pixel cap
     assert len(png) > MAX_BYTES
     with pytest.raises(openai.BadRequestError) as info:
         ask(client, png)

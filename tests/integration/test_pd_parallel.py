@@ -101,8 +101,9 @@ def messages(n_images: int, seed: int) -> list[dict]:
 
 
 def ask(gateway: Proc, family: str, msgs: list[dict], n: int = 1, **extra) -> list[tuple[str, str]]:
+    extra.setdefault("max_tokens", MAX_TOKENS)
     answer = client(gateway).chat.completions.create(
-        model=MODELS[family], messages=msgs, n=n, max_tokens=MAX_TOKENS, temperature=0, **extra
+        model=MODELS[family], messages=msgs, n=n, temperature=0, **extra
     )
     return [(c.message.content or "", c.finish_reason) for c in answer.choices]
 
@@ -192,11 +193,15 @@ def test_logit_bias_steers_every_token(procs, qwen_dir: Path, gateway: str) -> N
 def test_penalties_change_the_answer_the_same_way_through_pd(procs) -> None:
     msgs = messages(0, seed=360)
     agg = procs["gw:qwen-agg"]
-    plain = ask(agg, "qwen", msgs)
+    # Past its end-of-turn token the trained model is unsure of every token, so ±2 on the
+    # logits changes its words; within its reply ("Show me a picture.") it would not.
+    more = {"extra_body": {"ignore_eos": True}, "max_tokens": 40}
+    plain = ask(agg, "qwen", msgs, **more)
     # A negative presence penalty favours tokens already said: the answer turns repetitive.
-    repetitive = ask(agg, "qwen", msgs, presence_penalty=-2.0)
+    repetitive = ask(agg, "qwen", msgs, presence_penalty=-2.0, **more)
     assert repetitive != plain  # the engine honours the penalty
-    varied = ask(agg, "qwen", msgs, frequency_penalty=2.0)
+    varied = ask(agg, "qwen", msgs, frequency_penalty=2.0, **more)
+    assert varied != plain
     for gateway in ("gw:qwen-parallel", "gw:qwen-sequential"):
-        assert ask(procs[gateway], "qwen", msgs, presence_penalty=-2.0) == repetitive
-        assert ask(procs[gateway], "qwen", msgs, frequency_penalty=2.0) == varied
+        assert ask(procs[gateway], "qwen", msgs, presence_penalty=-2.0, **more) == repetitive
+        assert ask(procs[gateway], "qwen", msgs, frequency_penalty=2.0, **more) == varied

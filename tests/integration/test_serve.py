@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem.serve.examples import CURL_BEGIN, PYTHON_BEGIN, extract
+from tandem.serve.examples import CURL_BEGIN, EXPECTED_REPLY, PYTHON_BEGIN, extract
 
 from .processes import Proc, start
 
@@ -96,7 +96,9 @@ def test_serve_examples_work_and_sigint_cleans_up(
     try:
         output = proc.output()
         assert set(children(proc)) == roles
-        assert run_python_example(output).strip(), "the Python example printed no completion"
+        # The banner says what to expect, and the trained built-in model says just that.
+        assert f"expect {EXPECTED_REPLY!r}" in output
+        assert run_python_example(output).strip() == EXPECTED_REPLY
         if shutil.which("curl") and shutil.which("base64"):
             curl = subprocess.run(
                 ["bash", "-c", extract(output, CURL_BEGIN)],
@@ -104,7 +106,8 @@ def test_serve_examples_work_and_sigint_cleans_up(
                 text=True,
                 timeout=60,
             )
-            assert json.loads(curl.stdout)["choices"][0]["message"]["content"], curl.stderr
+            reply = json.loads(curl.stdout)["choices"][0]["message"]["content"]
+            assert reply.strip() == EXPECTED_REPLY, curl.stderr
     finally:
         code = proc.stop(signal.SIGINT, timeout=20)
     assert code == 0, proc.output()[-3000:]

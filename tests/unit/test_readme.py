@@ -86,3 +86,18 @@ def test_every_responses_field_is_marked_honoured_or_refused() -> None:
     assert not missing, missing
     wrong = sorted(name for name in responses_request._REFUSED if "| refused |" not in rows[name])
     assert not wrong, wrong
+
+
+def test_builtin_models_section_matches_the_generator() -> None:
+    from tandem.engine.builtin_shapes import COLOURS, SHAPES, TEXT_ONLY_REPLY
+    from tandem.engine.builtin_specs import BUILTIN_SPECS
+
+    section = README[README.index("### What the built-in models can and cannot do") :]
+    section = section[: section.index("\n## ")]
+    assert f"`{TEXT_ONLY_REPLY}`" in section
+    assert all(colour in section for colour in COLOURS)
+    assert all(shape in section for shape in SHAPES)
+    for spec in BUILTIN_SPECS.values():
+        assert spec.training is not None
+        low, high = spec.training.image_sides
+        assert f"{low} to {high} pixels a side" in section, spec.name

@@ -5,7 +5,9 @@ A built-in name resolves to an ordinary Hugging Face checkpoint directory under
 ``<name>-<content key>``; a changed generator changes the key, so stale
 directories are never reused. Generation writes into a temporary directory
 beside the target and renames it into place, so readers never see a partial
-checkpoint and concurrent generators simply race to the same result.
+checkpoint. Generating weights trains the model (engine/builtin_training.py, about
+two minutes), so processes that need the same checkpoint at once take a lock file and
+all but the first wait for its result instead of training it again.
 
 This module imports torch only when weights are written, so a torch-free
 gateway can still resolve the tokenizer, template and processor files
@@ -14,6 +16,7 @@ gateway can still resolve the tokenizer, template and processor files
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -59,6 +62,15 @@ def generate_builtin(name: str, cache_root: Path | None = None, weights: bool = 
     if (target / MARKER_FILE).exists():
         return target
     root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{target.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, even on a crash
+        if not (target / MARKER_FILE).exists():  # another process may have made it meanwhile
+            _generate(spec, root, target, weights)
+    return target
+
+
+def _generate(spec: BuiltinSpec, root: Path, target: Path, weights: bool) -> None:
+    name = spec.name
     print(f"tandem: generating built-in model {name} in {target} ...", file=sys.stderr, flush=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=root))
     try:
@@ -71,7 +83,6 @@ def generate_builtin(name: str, cache_root: Path | None = None, weights: bool = 
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def resolve_model(
@@ -108,6 +119,11 @@ def _spec(name: str) -> BuiltinSpec:
 
 def _write_checkpoint(directory: Path, spec: BuiltinSpec, weights: bool) -> None:
     _write_config(directory, spec)
+    # Tokenizer and processor files first: training renders its examples with them.
+    write_tokenizer_files(directory, spec)
+    _write_json(directory / "preprocessor_config.json", spec.preprocessor_config)
+    if spec.processor_config is not None:
+        _write_json(directory / "processor_config.json", spec.processor_config)
     if weights:
         # Imported here so that resolving without weights never loads torch.
         try:
@@ -117,10 +133,6 @@ def _write_checkpoint(directory: Path, spec: BuiltinSpec, weights: bool) -> None
                 f"generating the weights of {spec.name} needs torch (the 'engine' extra)"
             ) from exc
         write_weights(directory, spec)
-    write_tokenizer_files(directory, spec)
-    _write_json(directory / "preprocessor_config.json", spec.preprocessor_config)
-    if spec.processor_config is not None:
-        _write_json(directory / "processor_config.json", spec.processor_config)
     marker = {"name": spec.name, "key": spec.content_key(), "weights": weights}
     # The marker goes last: its presence means the directory is complete.
     _write_json(directory / MARKER_FILE, marker)

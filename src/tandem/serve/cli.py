@@ -134,16 +134,36 @@ def _prepare_model(name: str) -> tuple[str, Path]:
     return (name if is_builtin(name) else str(model_dir)), model_dir
 
 
+def _images_refused(args: argparse.Namespace, model_dir: Path) -> bool:
+    """Whether this deployment refuses image requests (language-model-only decode)."""
+    from tandem.models.info import load_model_info
+
+    if not args.decode_language_model_only:
+        return False
+    return load_model_info(model_dir).family.has_mrope or args.mm_processing == "worker"
+
+
+def _expected_reply(args: argparse.Namespace, model_dir: Path) -> str | None:
+    from tandem.engine.builtin import is_builtin
+    from tandem.serve.examples import EXPECTED_REPLY
+
+    if not is_builtin(args.model) or _images_refused(args, model_dir):
+        return None
+    return EXPECTED_REPLY
+
+
 def _notes(args: argparse.Namespace, model_dir: Path) -> tuple[str, ...]:
     from tandem.engine.builtin import is_builtin
+    from tandem.engine.builtin_shapes import TEXT_ONLY_REPLY
     from tandem.models.info import load_model_info
 
     notes = []
     if is_builtin(args.model):
-        # Said up front so that a newcomer does not take the noise for a bug.
+        # Said up front so that a newcomer knows what a working deployment answers.
         notes.append(
-            f"{args.model} has random weights: its replies are noise, but deterministic "
-            "and different for different images"
+            f"{args.model} is a tiny model trained on pictures of one coloured shape: it "
+            'names them ("a red circle") and answers any text alone with '
+            f"{TEXT_ONLY_REPLY!r}"
         )
     if not args.decode_language_model_only:
         return tuple(notes)
@@ -203,6 +223,7 @@ def run_serve(args: argparse.Namespace) -> int:
             log_level=args.log_level,
             image=example_image(default_cache_root()),
             notes=_notes(args, model_dir),
+            expected_reply=_expected_reply(args, model_dir),
         )
     except KeyboardInterrupt:
         print("tandem serve: interrupted before any process was started", file=sys.stderr)

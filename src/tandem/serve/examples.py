@@ -11,6 +11,8 @@ import json
 import shlex
 from pathlib import Path
 
+from tandem.engine.builtin_shapes import answer, draw
+
 # src/tandem/serve/examples.py → the repository root is three levels above this package.
 REPO_IMAGE = Path(__file__).resolve().parents[3] / "assets" / "example.png"
 PYTHON_BEGIN = "--- python example ---"
@@ -18,16 +20,21 @@ CURL_BEGIN = "--- curl example ---"
 END = "--- end ---"
 PROMPT = "What is in this picture?"
 MAX_TOKENS = 32
+EXAMPLE_SHAPE = ("red", "circle")  # what assets/example.png shows
+EXPECTED_REPLY = answer(*EXAMPLE_SHAPE)  # what the built-in models say of it
 
 
 def draw_example_image(path: Path) -> Path:
-    """Draw the example picture (a red disc on white, 64×64) as a small palette PNG."""
-    from PIL import Image, ImageDraw
+    """Draw the example picture (a red circle on white, 128×128) as a small palette PNG.
 
-    image = Image.new("RGB", (64, 64), "white")
-    ImageDraw.Draw(image).ellipse((12, 12, 52, 52), fill=(220, 30, 30))
+    It is one of the pictures the built-in models were trained on (engine/builtin_shapes.py),
+    so they answer it with :data:`EXPECTED_REPLY`.
+    """
+    from PIL import Image
+
+    picture = draw(*EXAMPLE_SHAPE, size=(128, 128))
     path.parent.mkdir(parents=True, exist_ok=True)
-    image.convert("P", palette=Image.Palette.ADAPTIVE, colors=8).save(path, optimize=True)
+    picture.image.convert("P", palette=Image.Palette.ADAPTIVE, colors=8).save(path, optimize=True)
     return path
 
 
@@ -81,7 +88,11 @@ def curl_example(base_url: str, model: str, image: Path) -> str:
 EOF"""
 
 
-def banner(base_url: str, model: str, image: Path, notes: list[str]) -> str:
+def banner(
+    base_url: str, model: str, image: Path, notes: list[str], expected: str | None = None
+) -> str:
+    """``expected``: the reply the model gives to the examples, when it is known."""
+    reply = [f"Both examples print the model's reply; expect {expected!r}.", ""] if expected else []
     lines = [
         "",
         f"Tandem is ready at {base_url} (OpenAI API under {base_url}/v1), model {model}",
@@ -95,6 +106,7 @@ def banner(base_url: str, model: str, image: Path, notes: list[str]) -> str:
         python_example(base_url, model, image),
         END,
         "",
+        *reply,
         "Press Ctrl-C to stop every process.",
         "",
     ]

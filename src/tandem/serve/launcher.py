@@ -41,6 +41,7 @@ class Plan:
     log_level: str
     image: Path
     notes: tuple[str, ...] = ()
+    expected_reply: str | None = None  # what the model answers the banner's examples
     history_args: tuple[str, ...] = ()  # the gateway's --history-* flags, passed on as given
 
     def worker_specs(self) -> list[tuple[str, list[str]]]:
@@ -128,7 +129,8 @@ class Launcher:
         models = _get_json(base_url + "/v1/models")
         served = models.get("data") if isinstance(models, dict) else None
         model = served[0]["id"] if served else plan.model
-        self.console.line(banner(base_url, model, plan.image, list(plan.notes)))
+        notes = list(plan.notes)
+        self.console.line(banner(base_url, model, plan.image, notes, plan.expected_reply))
         self.console.line(f"TANDEM_SERVE_READY {base_url}")
         status = self._watch(None, "")
         return 0 if status is None else status

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,16 +12,24 @@ import pytest
 import torch
 from PIL import Image
 
-from tandem.engine.builtin import BUILTIN_MODELS, generate_builtin
+from tandem.engine.builtin import BUILTIN_MODELS, builtin_dir, generate_builtin
+from tandem.engine.builtin_shapes import draw
 from tandem.engine.runner import ModelRunner, SequenceState
 from tandem.engine.types import MediaInputs, MediaItem
 from tandem.models import expand_placeholders, load_model_info, load_processor, render_chat
 
 
 @pytest.fixture(scope="session")
-def builtin_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A private model cache for the session, also exported as TANDEM_CACHE_DIR."""
+def builtin_cache(tmp_path_factory: pytest.TempPathFactory, model_cache: Path) -> Iterator[Path]:
+    """A private model cache for the session, also exported as TANDEM_CACHE_DIR.
+
+    It starts with copies of the session's trained checkpoints (tests/conftest.py), so the
+    generation tests can watch a cache without training the models once more.
+    """
     root = tmp_path_factory.mktemp("tandem-models")
+    for name in BUILTIN_MODELS:
+        trained = builtin_dir(name, model_cache)
+        shutil.copytree(trained, root / trained.name)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TANDEM_CACHE_DIR", str(root))
         yield root
@@ -56,6 +65,9 @@ def _checker(size: tuple[int, int], cell: int) -> Image.Image:
     return Image.fromarray(np.stack([on, 255 - on, on // 2], axis=-1))
 
 
+PICTURES = (("red", "circle"), ("blue", "circle"), ("red", "square"), ("green", "triangle"))
+
+
 @pytest.fixture(scope="session")
 def images() -> dict[str, Image.Image]:
     """Test images; same-size pairs among them differ only in content."""
@@ -67,6 +79,8 @@ def images() -> dict[str, Image.Image]:
         "gradient_wide": _gradient((192, 96)),
         "checker": _checker((160, 160), 16),
         "big": _gradient((1024, 1024)),
+        # Pictures the built-in models were trained to name (engine/builtin_shapes.py).
+        **{f"{c}_{s}": draw(c, s, (128, 128)).image for c, s in PICTURES},
     }
 
 

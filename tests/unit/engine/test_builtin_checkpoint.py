@@ -34,15 +34,14 @@ def test_from_pretrained_loads_every_weight(name: str, builtin_dirs: dict[str, P
 
 
 @pytest.mark.parametrize("name", ["tiny-qwen3-vl", "tiny-llava-1.5"])
-def test_weights_are_default_style_normal(name: str, runners: dict[str, ModelRunner]) -> None:
+def test_weights_are_real_scale_and_can_stop(name: str, runners: dict[str, ModelRunner]) -> None:
     model = runners[name].model
     embed = model.get_input_embeddings().weight.detach()
-    # Not near-zero "dummy" weights: the init std is in the 0.1-0.3 range.
+    # Not near-zero "dummy" weights: the init std is 0.2 and training keeps it near there.
     assert 0.1 < float(embed.std()) < 0.3
     head = model.get_output_embeddings().weight.detach()
-    spec = BUILTIN_SPECS[name]
-    special = [spec.token_id(t) for t in spec.special_tokens]
-    assert torch.count_nonzero(head[special]) == 0
+    # The end-of-turn row was trained (it was all zeros before), so a reply can end.
+    assert float(head[runners[name].eos_token_ids[0]].norm()) > 0.5
     assert float(head[:256].std()) > 0.1
 
 

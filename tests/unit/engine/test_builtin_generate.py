@@ -5,9 +5,12 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from tandem.engine import builtin
 from tandem.engine.builtin import (
@@ -32,8 +35,17 @@ EXPECTED_FILES = {
 }
 
 
+_WEIGHTS = "model.safetensors"
+
+
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _entries(root: Path) -> list[str]:
+    """What a cache holds, less the lock files that generation leaves (they stay, by design:
+    removing one could let a second process lock a file a third no longer sees)."""
+    return sorted(p.name for p in root.iterdir() if not p.name.endswith(".lock"))
 
 
 def test_names_are_stable() -> None:
@@ -60,16 +72,45 @@ def test_reuse_does_not_regenerate(
     assert "generating" not in capfd.readouterr().err
 
 
-def test_generation_prints_one_line_and_is_deterministic(
-    builtin_dirs: dict[str, Path], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+def _short_training(monkeypatch: pytest.MonkeyPatch, steps: int = 3) -> None:
+    """The real recipe cut to a few steps: the same code path in seconds, not minutes."""
+    spec = BUILTIN_SPECS["tiny-qwen3-vl"]
+    assert spec.training is not None
+    short = replace(spec, training=replace(spec.training, steps=steps))
+    monkeypatch.setitem(BUILTIN_SPECS, "tiny-qwen3-vl", short)
+
+
+def test_generation_trains_with_progress_and_is_deterministic(
+    builtin_dirs: dict[str, Path],
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    directory = generate_builtin("tiny-qwen3-vl", tmp_path)
+    _short_training(monkeypatch)
+    threads = torch.get_num_threads()
+    first = generate_builtin("tiny-qwen3-vl", tmp_path / "a")
     err = capfd.readouterr().err
-    assert err.count("\n") == 1
     assert err.startswith("tandem: generating built-in model tiny-qwen3-vl in ")
+    assert "tandem: training tiny-qwen3-vl" in err and "3/3" in err  # the progress bar
+    assert torch.get_num_threads() == threads  # training's fixed thread count is undone
+    second = generate_builtin("tiny-qwen3-vl", tmp_path / "b")
+    for file in sorted(EXPECTED_FILES - {MARKER_FILE}):
+        assert _digest(first / file) == _digest(second / file), file
+    # Same files as the session's checkpoint but the weights, which saw 3 steps only.
     reference = builtin_dirs["tiny-qwen3-vl"]
-    for file in sorted(EXPECTED_FILES):
-        assert _digest(directory / file) == _digest(reference / file), file
+    for file in sorted(EXPECTED_FILES - {MARKER_FILE, "model.safetensors"}):
+        assert _digest(first / file) == _digest(reference / file), file
+    assert _digest(first / "model.safetensors") != _digest(reference / "model.safetensors")
+
+
+def test_training_changes_the_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _short_training(monkeypatch, steps=1)
+    trained = load_file(str(generate_builtin("tiny-qwen3-vl", tmp_path / "one") / _WEIGHTS))
+    _short_training(monkeypatch, steps=0)
+    initial = load_file(str(generate_builtin("tiny-qwen3-vl", tmp_path / "zero") / _WEIGHTS))
+    assert trained.keys() == initial.keys()
+    changed = [k for k in trained if not torch.equal(trained[k], initial[k])]
+    assert len(changed) > len(trained) // 2  # one AdamW step moves nearly every tensor
 
 
 def test_weightless_variant_is_torch_free_and_identical(
@@ -100,7 +141,7 @@ def test_failed_generation_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setattr(builtin, "write_tokenizer_files", boom)
     with pytest.raises(RuntimeError, match="disk full"):
         generate_builtin("tiny-llava-1.5", tmp_path, weights=False)
-    assert list(tmp_path.iterdir()) == []
+    assert _entries(tmp_path) == []
 
 
 def test_concurrent_generation_yields_one_directory(tmp_path: Path) -> None:
@@ -120,7 +161,7 @@ def test_concurrent_generation_yields_one_directory(tmp_path: Path) -> None:
         t.join()
     assert not errors
     assert len(set(results)) == 1
-    assert [p.name for p in tmp_path.iterdir()] == [results[0].name]
+    assert _entries(tmp_path) == [results[0].name]
     assert (results[0] / MARKER_FILE).exists()
 
 
