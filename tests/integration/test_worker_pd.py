@@ -181,7 +181,8 @@ async def test_abort_stops_generation_and_frees_kv(workers, model_cache) -> None
 
     address = workers["llava-prefill"].address
     ids = chat_prompt_ids(model_dir(model_cache, "llava"), "Talk for a long time.", 1)
-    req = request("abort-me", ids, [image_data_url(6)], max_tokens=3000)
+    # ignore_eos: the trained model's reply would end within a few tokens, before the Abort.
+    req = request("abort-me", ids, [image_data_url(6)], max_tokens=3000, ignore_eos=True)
     req.kv_transfer_params_json = PREFILL_TAG
     req.stream = True
     async with grpc.aio.insecure_channel(address) as channel:
