@@ -20,6 +20,9 @@ CURL_BEGIN = "--- curl example ---"
 END = "--- end ---"
 PROMPT = "What is in this picture?"
 MAX_TOKENS = 32
+# Greedy, so the reply is the one the banner promises: sampled at the API's default
+# temperature 1, a tiny model now and then picks an unlikely byte ("a red \ufffde circle").
+TEMPERATURE = 0
 EXAMPLE_SHAPE = ("red", "circle")  # what assets/example.png shows
 EXPECTED_REPLY = answer(*EXAMPLE_SHAPE)  # what the built-in models say of it
 
@@ -62,6 +65,7 @@ image = base64.b64encode(Path({_literal(str(image))}).read_bytes()).decode()
 reply = client.chat.completions.create(
     model={_literal(model)},
     max_tokens={MAX_TOKENS},
+    temperature={TEMPERATURE},
     messages=[
         {{
             "role": "user",
@@ -81,7 +85,7 @@ def curl_example(base_url: str, model: str, image: Path) -> str:
     encoded = f"$(base64 < {shlex.quote(str(image))} | tr -d '\\n')"
     return f"""curl -s {base_url}/v1/chat/completions \\
   -H 'Content-Type: application/json' -d @- <<EOF
-{{"model": {_literal(model)}, "max_tokens": {MAX_TOKENS},
+{{"model": {_literal(model)}, "max_tokens": {MAX_TOKENS}, "temperature": {TEMPERATURE},
  "messages": [{{"role": "user", "content": [
   {{"type": "image_url", "image_url": {{"url": "data:image/png;base64,{encoded}"}}}},
   {{"type": "text", "text": {_literal(PROMPT)}}}]}}]}}
