@@ -154,9 +154,13 @@ def wait_ready(proc: Proc, timeout: float = 180.0) -> Proc:
     return proc
 
 
-def start_worker(role: str, cpus: str, token_delay_ms: float, model: str) -> Proc:
+def start_worker(
+    role: str, cpus: str, token_delay_ms: float, model: str, *, media_refs: bool = False
+) -> Proc:
+    """A null-engine worker; ``media_refs``: it processes worker-path media itself."""
+    processor = "inprocess" if media_refs else "off"
     argv = [sys.executable, "-m", "tandem.cli", "worker", "--engine", "null", "--role", role]
-    argv += ["--model", model, "--mm-processor", "off", "--kv-connector", "NixlConnector"]
+    argv += ["--model", model, "--mm-processor", processor, "--kv-connector", "NixlConnector"]
     argv += ["--null-token-delay-ms", str(token_delay_ms), "--log-level", "warning"]
     return _spawn(f"worker-{role}", cpus, argv, READY)
 

@@ -85,7 +85,10 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     "multimodal_processing_failed": ErrorSpec(400, False, "media could not be fetched or decoded"),
     "multimodal_not_supported": ErrorSpec(400, False, "a modality or path the workers cannot take"),
     "multimodal_too_many_items": ErrorSpec(
-        400, False, "more images than --mm-per-request-image-limit (a worker's --mm-max-items)"
+        400,
+        False,
+        "more images (videos) than --mm-per-request-image-limit (-video-limit), or items than "
+        "a worker's --mm-max-items",
     ),
     "media_url_refused": ErrorSpec(400, False, "media URL scheme, host or path not allowed"),
     "media_too_large": ErrorSpec(400, False, "a media item above the byte cap"),

@@ -46,6 +46,7 @@ from .constrained import (
     structured_cases,
     wire_constraint,
 )
+from .video_cases import VIDEO_CASES, ask_video
 from .vllm_stages import Engines, messages
 
 pytestmark = [pytest.mark.compat, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -120,6 +121,44 @@ def test_router_path_matches_vllms_own_image_processing(engines: Engines, refere
         _assert_worker_path_refused(client, engines)
         return
     assert_answers(client, engines, reference)
+
+
+@pytest.fixture(scope="module")
+def video_reference(engines: Engines, reference: dict) -> dict[str, str]:
+    """vLLM's answers when it samples, decodes (OpenCV) and preprocesses the media itself
+    (worker path: the gateway forwards the data: URLs). Empty for a model without video."""
+    if engines.model == "tiny-llava-1.5":
+        return {}
+    client = engines.client("agg-worker")
+    return {name: ask_video(client, engines.model, parts) for name, parts in VIDEO_CASES.items()}
+
+
+def _video_answers(client: openai.OpenAI, engines: Engines) -> dict[str, str]:
+    return {name: ask_video(client, engines.model, parts) for name, parts in VIDEO_CASES.items()}
+
+
+def _assert_video_refused(client: openai.OpenAI, engines: Engines) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask_video(client, engines.model, VIDEO_CASES["red circle clip"])
+    assert caught.value.body["code"] == "multimodal_not_supported"
+
+
+def test_video_router_path_matches_vllms_own_video_processing(
+    engines: Engines, video_reference: dict[str, str]
+) -> None:
+    """Tandem samples, decodes (PyAV) and preprocesses the clips and sends pixels (raw, as
+    vLLM normalizes on device) and ``video_grid_thw``, a picture's batch beside a clip's:
+    vLLM answers as when it processed the media itself. Two clips of the same frame count
+    and size get different answers."""
+    router = engines.client("agg")
+    if engines.model == "tiny-llava-1.5":
+        _assert_video_refused(router, engines)
+        return
+    assert _video_answers(router, engines) == video_reference
+    assert video_reference["red circle clip"] != video_reference["blue square clip"]
+    embedded = _video_answers(engines.client("embedded"), engines)
+    _write_figure("video-answers.json", {"vllm": video_reference, "tandem_engine": embedded})
+    print(f"\nvideo answers: vLLM {video_reference}, Tandem's engine {embedded}")
 
 
 def test_shm_tensor_transport_gives_the_reference_answers(
@@ -354,6 +393,23 @@ def test_pd_router_path_matches_the_aggregated_worker(engines: Engines, referenc
     bytes_of = engines.metric
     assert bytes_of("pd-router", "tandem_mm_tensor_bytes_total", leg="prefill", kind="pixel") > 0
     assert bytes_of("pd-router", "tandem_mm_tensor_bytes_total", leg="decode", kind="pixel") == 0
+    _assert_alive(engines, "prefill", "decode")
+
+
+def test_pd_video_matches_the_aggregated_worker(
+    engines: Engines, video_reference: dict[str, str]
+) -> None:
+    """The vLLM decode engine gets the video batch pixel-free (grids for M-RoPE, hashes)
+    and the KV through NIXL: it answers as the aggregated worker did."""
+    client = engines.client("pd-router")
+    if engines.model == "tiny-llava-1.5":
+        _assert_video_refused(client, engines)
+        return
+    metric = engines.metric
+    before = metric("pd-router", "tandem_mm_tensor_bytes_total", leg="decode", kind="pixel")
+    assert _video_answers(client, engines) == video_reference
+    after = metric("pd-router", "tandem_mm_tensor_bytes_total", leg="decode", kind="pixel")
+    assert after == before
     _assert_alive(engines, "prefill", "decode")
 
 

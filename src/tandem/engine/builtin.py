@@ -124,6 +124,8 @@ def _write_checkpoint(directory: Path, spec: BuiltinSpec, weights: bool) -> None
     _write_json(directory / "preprocessor_config.json", spec.preprocessor_config)
     if spec.processor_config is not None:
         _write_json(directory / "processor_config.json", spec.processor_config)
+    if spec.video_preprocessor_config is not None:
+        _write_json(directory / "video_preprocessor_config.json", spec.video_preprocessor_config)
     if weights:
         # Imported here so that resolving without weights never loads torch.
         try:

@@ -43,6 +43,8 @@ class TrainingRecipe:
     json_fraction: float  # share of examples asking for JSON (builtin_shapes.JSON_QUESTIONS)
     seed: int = 0
     threads: int = 2  # fixed, so the same machine always computes the same weights
+    # Share of the steps whose batch is short clips of pictures (models that take video).
+    video_fraction: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class BuiltinSpec:
     generation_config: dict[str, Any]
     preprocessor_config: dict[str, Any]
     processor_config: dict[str, Any] | None = None
+    video_preprocessor_config: dict[str, Any] | None = None  # models that take video
     # Module-name prefix → checkpoint-name prefix, for the checkpoint's key layout.
     weight_prefixes: tuple[tuple[str, str], ...] = ()
     training: TrainingRecipe | None = None
@@ -68,7 +71,14 @@ class BuiltinSpec:
 
     def content_key(self) -> str:
         """Short digest of everything generated, so a changed spec gets a fresh directory."""
-        payload = json.dumps([GENERATOR_VERSION, asdict(self)], sort_keys=True)
+        fields = asdict(self)
+        # Added with video: left at their defaults, they leave the keys of models without
+        # video as they were (the same checkpoints).
+        if fields["video_preprocessor_config"] is None:
+            del fields["video_preprocessor_config"]
+        if fields["training"] is not None and not fields["training"]["video_fraction"]:
+            del fields["training"]["video_fraction"]
+        payload = json.dumps([GENERATOR_VERSION, fields], sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:10]
 
 
@@ -98,6 +108,22 @@ _QWEN_TOKENS = (
 def _qwen_id(token: str) -> int:
     return BYTE_VOCAB + _QWEN_TOKENS.index(token)
 
+
+# What the image and the video processor of Qwen3-VL share: pixel arithmetic, patch layout.
+_QWEN_PIXELS: dict[str, Any] = {
+    "processor_class": "Qwen3VLProcessor",
+    "do_resize": True,
+    "do_rescale": True,
+    "rescale_factor": 1 / 255,
+    "do_normalize": True,
+    "do_convert_rgb": True,
+    "resample": 3,
+    "image_mean": [0.5, 0.5, 0.5],
+    "image_std": [0.5, 0.5, 0.5],
+    "patch_size": 16,
+    "temporal_patch_size": 2,
+    "merge_size": 2,
+}
 
 TINY_QWEN3_VL = BuiltinSpec(
     name="tiny-qwen3-vl",
@@ -167,24 +193,26 @@ TINY_QWEN3_VL = BuiltinSpec(
     },
     preprocessor_config={
         "image_processor_type": "Qwen2VLImageProcessor",
-        "processor_class": "Qwen3VLProcessor",
-        "do_resize": True,
-        "do_rescale": True,
-        "rescale_factor": 1 / 255,
-        "do_normalize": True,
-        "do_convert_rgb": True,
-        "resample": 3,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
-        "patch_size": 16,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
+        **_QWEN_PIXELS,
         # At most 256x256 pixels: 16x16 patches, 64 image tokens; at least 1 token.
         "min_pixels": 32 * 32,
         "max_pixels": 256 * 256,
         "size": {"shortest_edge": 32 * 32, "longest_edge": 256 * 256},
     },
-    training=replace(_SHAPES_RECIPE, steps=1500, lr=3e-3),
+    # Qwen3VLVideoProcessor's layout with the tiny model's sizes: pixels are counted over
+    # all sampled frames (at most 8 frames of 256x256 at full size), 2 frames per second,
+    # 4..64 frames per video.
+    video_preprocessor_config={
+        "video_processor_type": "Qwen3VLVideoProcessor",
+        **_QWEN_PIXELS,
+        "size": {"shortest_edge": 2 * 32 * 32, "longest_edge": 8 * 256 * 256},
+        "fps": 2,
+        "min_frames": 4,
+        "max_frames": 64,
+        "do_sample_frames": True,
+        "cap_pixels_per_frame": False,
+    },
+    training=replace(_SHAPES_RECIPE, steps=1900, lr=3e-3, video_fraction=0.2),
 )
 
 _LLAVA_TOKENS = ("<s>", "</s>", "<image>", "<pad>")

@@ -1,4 +1,5 @@
-"""Offline training of a built-in model on the synthetic shapes (engine/builtin_shapes.py).
+"""Offline training of a built-in model on the synthetic shapes (engine/builtin_shapes.py),
+as pictures and, for a model that takes video, as short clips (engine/builtin_clips.py).
 
 Runs once, when the checkpoint is generated: a fixed number of AdamW steps from the seeded
 initialisation, on batches drawn from a seeded generator, with a fixed thread count, so the
@@ -16,9 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from PIL import Image
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from tandem.engine.builtin_clips import shifted
 from tandem.engine.builtin_shapes import (
     IMAGE_QUESTIONS,
     JSON_QUESTIONS,
@@ -30,18 +33,20 @@ from tandem.engine.builtin_shapes import (
 from tandem.engine.builtin_specs import BuiltinSpec, TrainingRecipe
 from tandem.models.chat import ChatTemplate
 from tandem.models.info import ModelInfo, load_model_info
-from tandem.models.placeholders import expand_placeholders
+from tandem.models.placeholders import expand_media, expand_placeholders
 from tandem.models.processor import ImageProcessor, load_processor
+from tandem.models.video import load_video_processor, video_replacement
 
 _IGNORE = -100  # label of a position that is not trained (the prompt, padding)
 
 
 @dataclass(slots=True)
 class _Example:
-    prompt: list[int]  # expanded: one image token per image feature
+    prompt: list[int]  # expanded: one image (or video) token per feature
     reply: list[int]  # the answer and the template's end-of-turn token
     pixels: np.ndarray | None
     grid: np.ndarray | None
+    video: bool = False  # pixels and grid are a clip's (pixel_values_videos, video_grid_thw)
 
 
 class _Examples:
@@ -52,6 +57,9 @@ class _Examples:
         self._tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
         self._template = ChatTemplate.from_model_dir(directory)
         self._processor: ImageProcessor = load_processor(directory, spec.name)
+        self._video = load_video_processor(
+            directory, self.info.takes_video and recipe.video_fraction > 0
+        )
         self._recipe = recipe
 
     def _encode(self, text: str) -> list[int]:
@@ -74,20 +82,25 @@ class _Examples:
             raise RuntimeError("the chat template writes no end-of-turn token after a reply")
         return self._encode(prompt), tail[: end + 1]
 
-    def draw(self, rng: random.Random) -> _Example:
+    def draw(self, rng: random.Random, clip: bool = False) -> _Example:
+        """A text, picture or (``clip``) video example."""
         in_json = rng.random() < self._recipe.json_fraction
-        if rng.random() < self._recipe.text_fraction:
+        if not clip and rng.random() < self._recipe.text_fraction:
             text = rng.choice(JSON_QUESTIONS) if in_json else random_text_prompt(rng)
             reply = json_answer(None, None) if in_json else TEXT_ONLY_REPLY
             prompt, tokens = self._turn([{"type": "text", "text": text}], reply)
             return _Example(prompt, tokens, None, None)
         picture = random_picture(rng, self._recipe.image_sides)
         question = rng.choice(JSON_QUESTIONS if in_json else IMAGE_QUESTIONS)
-        parts = [{"type": "image"}] + ([{"type": "text", "text": question}] if question else [])
+        video = clip and self._video is not None
+        kind = "video" if video else "image"
+        parts = [{"type": kind}] + ([{"type": "text", "text": question}] if question else [])
         if rng.random() < 0.25:
             parts.reverse()  # the question before the image, as some clients write it
         reply = json_answer(picture.colour, picture.shape) if in_json else picture.answer
         prompt, tokens = self._turn(parts, reply)
+        if video:
+            return self._clip_example(rng, picture.image, prompt, tokens)
         pre = self._processor.preprocess([picture.image])
         info = self.info
         expanded, _ = expand_placeholders(
@@ -95,6 +108,25 @@ class _Examples:
         )
         grid = pre.grids.get("image_grid_thw")
         return _Example(expanded, tokens, pre.pixel_values, grid)
+
+    def _clip_example(
+        self, rng: random.Random, image: Image.Image, prompt: list[int], reply: list[int]
+    ) -> _Example:
+        """The picture as a short clip (the shape drifting), sampled as the gateway samples."""
+        video = self._video
+        assert video is not None
+        total, fps, drift = rng.randint(4, 12), rng.choice((2, 4, 8, 25)), rng.randint(0, 3)
+        sampling = video.sample_frames(total, float(fps))
+        frames = np.stack([np.asarray(shifted(image, k * drift)) for k in sampling.indices])
+        pre = video.preprocess(frames, sampling, raw=False)
+        info = self.info
+        assert info.vision_start_id is not None and info.vision_end_id is not None
+        assert info.video_token_id is not None
+        run = video_replacement(
+            pre, self._encode, info.vision_start_id, info.vision_end_id, info.video_token_id
+        )
+        expanded, _, _ = expand_media(prompt, info.anchor_token_id, [], info.video_token_id, [run])
+        return _Example(expanded, reply, pre.pixel_values, pre.grid, video=True)
 
 
 def _batch(examples: list[_Example], pad_id: int, qwen: bool) -> dict[str, torch.Tensor]:
@@ -108,12 +140,17 @@ def _batch(examples: list[_Example], pad_id: int, qwen: bool) -> dict[str, torch
         mask[row, : len(sequence)] = 1
         labels[row, len(example.prompt) : len(sequence)] = torch.tensor(example.reply)
     batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
-    images = [e for e in examples if e.pixels is not None]
-    if images:
-        batch["pixel_values"] = torch.from_numpy(np.concatenate([e.pixels for e in images]))
+    for video, pixels_key, grid_key in (
+        (False, "pixel_values", "image_grid_thw"),
+        (True, "pixel_values_videos", "video_grid_thw"),
+    ):
+        items = [e for e in examples if e.pixels is not None and e.video == video]
+        if not items:
+            continue
+        batch[pixels_key] = torch.from_numpy(np.concatenate([e.pixels for e in items]))
         if qwen:
-            grids = [e.grid for e in images if e.grid is not None]
-            batch["image_grid_thw"] = torch.from_numpy(np.concatenate(grids))
+            grids = [e.grid for e in items if e.grid is not None]
+            batch[grid_key] = torch.from_numpy(np.concatenate(grids))
     return batch
 
 
@@ -144,10 +181,18 @@ def train(model: torch.nn.Module, directory: Path, spec: BuiltinSpec) -> None:
             decay = max(0.05, 1.0 - step / recipe.steps)
             for group in optimizer.param_groups:
                 group["lr"] = recipe.lr * warm * decay
-            batch = _batch([examples.draw(rng) for _ in range(recipe.batch)], pad_id, qwen)
+            # Clips come in batches of their own: their prompts are several times longer,
+            # and a batch is padded to its longest prompt.
+            clips = recipe.video_fraction > 0 and step % round(1 / recipe.video_fraction) == 1
+            drawn = [examples.draw(rng, clips) for _ in range(recipe.batch)]
+            batch = _batch(drawn, pad_id, qwen)
             if qwen:
-                # Qwen3-VL's forward tells image tokens from text by this mask.
-                batch["mm_token_type_ids"] = (batch["input_ids"] == info.image_token_id).long()
+                # Qwen3-VL's forward tells image (1) and video (2) tokens from text (0).
+                ids = batch["input_ids"]
+                types = (ids == info.image_token_id).long()
+                if info.video_token_id is not None:
+                    types += 2 * (ids == info.video_token_id).long()
+                batch["mm_token_type_ids"] = types
             loss = model(**batch).loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -182,9 +182,11 @@ class ModelRunner:
         """Write image embeddings over the computed image tokens; DeepStack inputs if any."""
         if not plan.slots:
             tail = np.asarray(input_ids[start:])
-            if (tail == self.info.image_token_id).any():
+            media_tokens = [self.info.image_token_id, self.info.video_token_id]
+            if np.isin(tail, [t for t in media_tokens if t is not None]).any():
                 raise MissingPixelsError(
-                    "the prompt has image tokens to compute but the request carries no images"
+                    "the prompt has image or video tokens to compute but the request carries "
+                    "no media"
                 )
             return {}
         needed = [slot for slot in plan.slots if slot.positions[-1] >= start]
@@ -195,16 +197,20 @@ class ModelRunner:
                 "this worker loaded the language model only and cannot encode images; "
                 "it needs KV covering every image token"
             )
-        if media is None or media.pixel_values is None:
-            first = int(needed[0].positions[0])
-            raise MissingPixelsError(
-                f"image tokens from position {first} must be computed (cached KV covers "
-                f"{start} tokens) but the request carries no pixel values"
-            )
         mask = torch.zeros(embeds.shape[1], dtype=torch.bool)
         deepstack: list[list[torch.Tensor]] = []
         for slot in needed:
-            features = self._vision.encode(media.pixel_values[slot.pixel_rows], slot.grid)
+            pixels = None
+            if media is not None:
+                pixels = media.video_pixel_values if slot.video else media.pixel_values
+            if pixels is None:
+                first = int(slot.positions[0])
+                raise MissingPixelsError(
+                    f"{'video' if slot.video else 'image'} tokens from position {first} must "
+                    f"be computed (cached KV covers {start} tokens) but the request carries "
+                    "no pixel values for them"
+                )
+            features = self._vision.encode(pixels[slot.pixel_rows], slot.grid)
             if features.embeds.shape[0] != len(slot.positions):
                 raise MediaLayoutError(
                     f"image {slot.index} encodes to {features.embeds.shape[0]} tokens but "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tandem.engine.runner_positions import mrope_positions
-from tandem.engine.types import MediaInputs
+from tandem.engine.types import MediaInputs, MediaItem
 from tandem.models.info import ModelInfo
 
 
@@ -31,15 +31,18 @@ class VisionUnavailableError(ValueError):
 
 @dataclass(slots=True)
 class ImageSlot:
-    index: int
-    positions: np.ndarray  # token indices of this image's embeddings, ascending
-    grid: np.ndarray | None  # (t, h, w) for M-RoPE families
-    pixel_rows: slice  # rows of MediaInputs.pixel_values holding this image
+    """One encoder call: an image, or one temporal patch (two frames) of a video."""
+
+    index: int  # the item's index among the request's media
+    positions: np.ndarray  # token indices of this slot's embeddings, ascending
+    grid: np.ndarray | None  # (t, h, w) for M-RoPE families; t is 1 for a video's patch
+    pixel_rows: slice  # rows of the modality's pixel array holding this slot
+    video: bool = False  # rows are in MediaInputs.video_pixel_values
 
 
 @dataclass(slots=True)
 class MediaPlan:
-    slots: list[ImageSlot]
+    slots: list[ImageSlot]  # in prompt order
     mrope: np.ndarray | None  # [3, len(prompt)] M-RoPE positions; None for plain RoPE
     rope_delta: int
 
@@ -47,6 +50,11 @@ class MediaPlan:
 def plan_media(input_ids: Sequence[int], media: MediaInputs | None, info: ModelInfo) -> MediaPlan:
     ids = np.asarray(input_ids, dtype=np.int64)
     image_pos = np.flatnonzero(ids == info.image_token_id)
+    video_pos = (
+        np.flatnonzero(ids == info.video_token_id)
+        if info.video_token_id is not None
+        else np.empty(0, dtype=np.int64)
+    )
     items = media.items if media is not None else []
     if media is not None and media.im_token_id not in (None, info.image_token_id):
         raise MediaLayoutError(
@@ -54,31 +62,37 @@ def plan_media(input_ids: Sequence[int], media: MediaInputs | None, info: ModelI
             f"{info.image_token_id}"
         )
     if media is None or not items:
-        return _plan_without_items(len(ids), image_pos, info)
-    grid = _grids(media, len(items), info)
-    counts = _token_counts(grid, len(items), info)
+        return _plan_without_items(len(ids), image_pos, video_pos, info)
+    slots = _image_slots(media, image_pos, info)
+    slots += _video_slots(media, video_pos, info)
+    slots.sort(key=lambda slot: int(slot.positions[0]))
+    if not info.family.has_mrope:
+        return MediaPlan(slots, None, 0)
+    return MediaPlan(slots, *_mrope(len(ids), slots, info))
+
+
+def _image_slots(media: MediaInputs, image_pos: np.ndarray, info: ModelInfo) -> list[ImageSlot]:
+    images = [(k, item) for k, item in enumerate(media.items) if item.modality == "image"]
+    if not images and not len(image_pos):
+        return []
+    grid = _grids(media, "image_grid_thw", len(images), info)
+    counts = _token_counts(grid, len(images), info)
     if int(counts.sum()) != len(image_pos):
         raise MediaLayoutError(
-            f"the prompt has {len(image_pos)} image tokens but its {len(items)} image(s) "
+            f"the prompt has {len(image_pos)} image tokens but its {len(images)} image(s) "
             f"need {int(counts.sum())}"
         )
     slots: list[ImageSlot] = []
     token_start = 0
     row_start = 0
-    for k, item in enumerate(items):
-        positions = image_pos[token_start : token_start + counts[k]]
-        token_start += counts[k]
-        if item.length and not (
-            item.offset <= positions[0] and positions[-1] < item.offset + item.length
-        ):
-            raise MediaLayoutError(
-                f"image {k}: its tokens at {positions[0]}..{positions[-1]} fall outside the "
-                f"placeholder range ({item.offset}, {item.length})"
-            )
-        rows = int(grid[k].prod()) if grid is not None else 1
+    for j, (k, item) in enumerate(images):
+        positions = image_pos[token_start : token_start + counts[j]]
+        token_start += counts[j]
+        _check_inside(item, positions, f"image {k}")
+        rows = int(grid[j].prod()) if grid is not None else 1
         slots.append(
             ImageSlot(
-                k, positions, None if grid is None else grid[k], slice(row_start, row_start + rows)
+                k, positions, None if grid is None else grid[j], slice(row_start, row_start + rows)
             )
         )
         row_start += rows
@@ -86,33 +100,83 @@ def plan_media(input_ids: Sequence[int], media: MediaInputs | None, info: ModelI
         raise MediaLayoutError(
             f"pixel_values has {len(media.pixel_values)} rows; the images need {row_start}"
         )
-    if not info.family.has_mrope:
-        return MediaPlan(slots, None, 0)
-    return MediaPlan(slots, *_mrope(len(ids), slots, info))
+    return slots
 
 
-def _plan_without_items(length: int, image_pos: np.ndarray, info: ModelInfo) -> MediaPlan:
+def _video_slots(media: MediaInputs, video_pos: np.ndarray, info: ModelInfo) -> list[ImageSlot]:
+    """A video's tokens are one run per temporal patch (timestamps and markers between):
+    each run is encoded and placed like an image of grid ``(1, h, w)``."""
+    videos = [(k, item) for k, item in enumerate(media.items) if item.modality == "video"]
+    if not videos:
+        if len(video_pos):
+            raise MediaLayoutError(f"the prompt has {len(video_pos)} video tokens but no videos")
+        return []
+    if not info.family.has_mrope or info.video_token_id is None:
+        raise MediaLayoutError(f"the {info.family.name} model takes no video")
+    grid = _grids(media, "video_grid_thw", len(videos), info)
+    assert grid is not None  # M-RoPE families always have grids
+    per_frame = _token_counts(
+        np.column_stack([np.ones(len(grid), np.int64), grid[:, 1:]]), len(videos), info
+    )
+    counts = per_frame * grid[:, 0]
+    if int(counts.sum()) != len(video_pos):
+        raise MediaLayoutError(
+            f"the prompt has {len(video_pos)} video tokens but its {len(videos)} video(s) "
+            f"need {int(counts.sum())}"
+        )
+    slots: list[ImageSlot] = []
+    token_start = row_start = 0
+    for j, (k, item) in enumerate(videos):
+        _check_inside(item, video_pos[token_start : token_start + counts[j]], f"video {k}")
+        frame_grid = np.array([1, grid[j, 1], grid[j, 2]], dtype=np.int64)
+        rows = int(frame_grid.prod())
+        for _ in range(int(grid[j, 0])):
+            positions = video_pos[token_start : token_start + per_frame[j]]
+            token_start += per_frame[j]
+            slots.append(
+                ImageSlot(k, positions, frame_grid, slice(row_start, row_start + rows), True)
+            )
+            row_start += rows
+    pixels = media.video_pixel_values
+    if pixels is not None and len(pixels) != row_start:
+        raise MediaLayoutError(f"video pixel values have {len(pixels)} rows; need {row_start}")
+    return slots
+
+
+def _check_inside(item: MediaItem, positions: np.ndarray, what: str) -> None:
+    if (
+        item.length
+        and len(positions)
+        and not (item.offset <= positions[0] and positions[-1] < item.offset + item.length)
+    ):
+        raise MediaLayoutError(
+            f"{what}: its tokens at {positions[0]}..{positions[-1]} fall outside the "
+            f"placeholder range ({item.offset}, {item.length})"
+        )
+
+
+def _plan_without_items(
+    length: int, image_pos: np.ndarray, video_pos: np.ndarray, info: ModelInfo
+) -> MediaPlan:
     # With no items, image tokens can only be part of KV computed elsewhere; the
     # runner rejects them in the computed region. M-RoPE cannot place them at all.
-    if len(image_pos) and info.family.has_mrope:
+    if (len(image_pos) or len(video_pos)) and info.family.has_mrope:
         raise MediaLayoutError(
-            f"the prompt has {len(image_pos)} image tokens but no image grids; "
-            "M-RoPE positions cannot be computed without image_grid_thw"
+            f"the prompt has {len(image_pos)} image and {len(video_pos)} video tokens but no "
+            "grids; M-RoPE positions cannot be computed without image_grid_thw/video_grid_thw"
         )
     return MediaPlan([], None, 0)
 
 
-def _grids(media: MediaInputs, n: int, info: ModelInfo) -> np.ndarray | None:
+def _grids(media: MediaInputs, key: str, n: int, info: ModelInfo) -> np.ndarray | None:
     if not info.family.has_mrope:
         return None
-    grid = media.grids.get("image_grid_thw")
+    grid = media.grids.get(key)
     if grid is None:
-        raise MediaLayoutError(
-            f"{n} image(s) but no image_grid_thw: M-RoPE positions need the image grids"
-        )
+        raise MediaLayoutError(f"{n} item(s) but no {key}: M-RoPE positions need the grids")
     grid = np.asarray(grid, dtype=np.int64).reshape(-1, 3)
     if len(grid) != n:
-        raise MediaLayoutError(f"image_grid_thw has {len(grid)} rows for {n} image(s)")
+        raise MediaLayoutError(f"{key} has {len(grid)} rows for {n} item(s)")
     return grid
 
 
@@ -133,7 +197,9 @@ def _mrope(length: int, slots: list[ImageSlot], info: ModelInfo) -> tuple[np.nda
     for slot in slots:
         first, count = int(slot.positions[0]), len(slot.positions)
         if int(slot.positions[-1]) != first + count - 1:
-            raise MediaLayoutError(f"image {slot.index}: its tokens are not one contiguous run")
+            raise MediaLayoutError(
+                f"media item {slot.index}: its tokens are not one contiguous run per frame"
+            )
         spans.append((first, count))
     grids = np.stack([slot.grid for slot in slots if slot.grid is not None])
     return mrope_positions(length, spans, grids, info.spatial_merge_size or 1)

@@ -18,25 +18,32 @@ KVLayers = list[tuple[torch.Tensor, torch.Tensor]]
 
 @dataclass(slots=True)
 class MediaItem:
-    """One image in an expanded prompt: its identity and where its tokens sit."""
+    """One image or video in an expanded prompt: its identity and where its tokens sit."""
 
     mm_hash: str
     offset: int  # start of the structural placeholder range in the expanded ids
     length: int  # length of that range
+    modality: str = "image"  # or "video"
 
 
 @dataclass(slots=True)
 class MediaInputs:
     """Multimodal inputs of one request, already expanded into the prompt.
 
-    ``pixel_values`` is None on pixel-less legs (identity-only or hashes-only);
-    ``grids`` holds model tensors such as ``image_grid_thw`` (``[items, 3]`` int64).
+    ``pixel_values`` (images) and ``video_pixel_values`` are None on pixel-less legs
+    (identity-only or hashes-only); ``grids`` holds model tensors such as
+    ``image_grid_thw`` and ``video_grid_thw`` (``[items of that modality, 3]`` int64).
+    ``items`` are the images and videos in prompt order.
     """
 
     items: list[MediaItem]
     im_token_id: int | None = None
     pixel_values: np.ndarray | None = None
     grids: dict[str, np.ndarray] = field(default_factory=dict)
+    video_pixel_values: np.ndarray | None = None
+
+    def of(self, modality: str) -> list[MediaItem]:
+        return [item for item in self.items if item.modality == modality]
 
     @property
     def hashes(self) -> list[str]:

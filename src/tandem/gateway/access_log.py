@@ -48,7 +48,7 @@ class RequestRecord:
             return
         stream, images, prompt, completion, workers = False, 0, 0, 0, "-"
         if ctx is not None:
-            stream, images, workers = ctx.stream, len(ctx.image_urls), ",".join(ctx.served_by)
+            stream, images, workers = ctx.stream, len(ctx.media_urls), ",".join(ctx.served_by)
             usage = ctx.usage
             prompt = usage.prompt_tokens if usage else len(ctx.prompt_ids)
             completion = usage.completion_tokens if usage else 0

@@ -48,6 +48,9 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         "--mm-per-request-image-limit", type=int, default=_DEFAULTS.mm_per_request_image_limit
     )
     p.add_argument(
+        "--mm-per-request-video-limit", type=int, default=_DEFAULTS.mm_per_request_video_limit
+    )
+    p.add_argument(
         "--mm-workers",
         type=int,
         default=_DEFAULTS.mm_workers,
@@ -167,6 +170,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         served_model_name=args.served_model_name,
         mm_processing=args.mm_processing,
         mm_per_request_image_limit=args.mm_per_request_image_limit,
+        mm_per_request_video_limit=args.mm_per_request_video_limit,
         mm_workers=args.mm_workers,
         mm_workers_nice=args.mm_workers_nice,
         mm_pixel_cache_mb=args.mm_pixel_cache_mb,

@@ -63,6 +63,7 @@ class GatewayConfig:
     served_model_name: str | None = None
     mm_processing: MmProcessingMode = "auto"
     mm_per_request_image_limit: int = 8
+    mm_per_request_video_limit: int = 2
     # Decode + preprocess in this many processes (0: a thread of the gateway process) and
     # the per-image pixel cache's size (0: off); docs/operations.md, "Memory bounds".
     mm_workers: int = field(default_factory=default_mm_workers)
@@ -119,6 +120,8 @@ class GatewayConfig:
             raise ValueError("--request-timeout-secs must be positive")
         if self.mm_per_request_image_limit < 0:
             raise ValueError("--mm-per-request-image-limit must be >= 0")
+        if self.mm_per_request_video_limit < 0:
+            raise ValueError("--mm-per-request-video-limit must be >= 0")
         if self.mm_workers < 0:
             raise ValueError("--mm-workers must be >= 0")
         if not 0 <= self.mm_workers_nice <= 19:

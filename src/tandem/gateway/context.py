@@ -30,13 +30,15 @@ class RequestContext:
     # prompt stage
     prompt_text: str = ""
     prompt_ids: list[int] = field(default_factory=list)
-    image_urls: list[str] = field(default_factory=list)
+    # Every image and video part's URL in the order written, and each one's modality.
+    media_urls: list[str] = field(default_factory=list)
+    media_kinds: list[str] = field(default_factory=list)
     # media stage
     mm_path: MmPath | None = None  # None: no media
     # Worker path: the media_refs carry http(s) URLs for the worker to fetch, so only Tandem
     # workers (which fetch under Tandem's media guard) may be selected. When the gateway
-    # fetched them instead (data: refs), ``image_urls`` then holds the forwarded schemes'
-    # form: an inlined image as its bare "data:<type>;base64," header.
+    # fetched them instead (data: refs), ``media_urls`` then holds the forwarded schemes'
+    # form: an inlined item as its bare "data:<type>;base64," header.
     refs_for_tandem_workers_only: bool = False
     media_runs: list[tuple[int, int, str]] = field(default_factory=list)  # (offset, len, hash)
     # how the answer's text becomes reasoning, content and tool calls; None: plain text

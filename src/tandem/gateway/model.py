@@ -1,4 +1,4 @@
-"""What the gateway knows of the served model: tokenizer, chat template, image processor.
+"""What the gateway knows of the served model: tokenizer, chat template, media processors.
 
 The files come from ``--model-path`` or, by default, from the first worker's
 ``GetTokenizer`` stream, so a gateway needs no local copy of the model.
@@ -19,6 +19,7 @@ from tandem.gateway.logprobs import TokenStrings
 from tandem.models.chat import ChatTemplate
 from tandem.models.info import ModelInfo, load_model_info
 from tandem.models.processor import ImageProcessor, load_processor
+from tandem.models.video import QwenVideoProcessor, load_video_processor
 
 log = logging.getLogger("tandem.gateway")
 
@@ -30,6 +31,8 @@ class ModelHandle:
     tokenizer: Tokenizer
     template: ChatTemplate
     processor: ImageProcessor | None
+    # None: the model takes no video (or its checkpoint names no video tokens).
+    video_processor: QwenVideoProcessor | None = None
     # Token texts and bytes for logprobs, cached for the model's lifetime.
     token_strings: TokenStrings = field(init=False)
 
@@ -46,7 +49,8 @@ class ModelHandle:
         except (OSError, ValueError) as exc:
             log.warning("model %s: no image processor (%s); images will be refused", model_id, exc)
             processor = None
-        return cls(model_id, info, tokenizer, template, processor)
+        video = load_video_processor(model_dir, info.takes_video and processor is not None)
+        return cls(model_id, info, tokenizer, template, processor, video)
 
     @classmethod
     def from_archive(cls, archive: bytes, model_id: str) -> ModelHandle:

@@ -30,12 +30,13 @@ from tandem.gateway.api.tokenize_schemas import (
 )
 from tandem.gateway.inbound import HttpInbound
 from tandem.gateway.model import ModelHandle
-from tandem.gateway.multimodal.plan import check_anchors, plan_images
+from tandem.gateway.multimodal.plan import check_anchors, check_video_anchors, plan_media
 from tandem.gateway.multimodal.process import process_images
-from tandem.gateway.pipeline.prompt import INLINE_PROMPT_CHARS, render_chat
+from tandem.gateway.multimodal.videos import process_videos
+from tandem.gateway.pipeline.prompt import INLINE_PROMPT_CHARS, check_takes_video, render_chat
 from tandem.gateway.pipeline.run import ClientGone
 from tandem.gateway.state import GatewayState
-from tandem.models.placeholders import expand_placeholders
+from tandem.models.placeholders import expand_media
 
 log = logging.getLogger("tandem.gateway")
 T = TypeVar("T")
@@ -100,9 +101,9 @@ async def _tokenize(state: GatewayState, inbound: HttpInbound) -> dict[str, Any]
         ids = await _off_loop_if(
             _chat_chars(body) > INLINE_PROMPT_CHARS, lambda: chat_prompt_ids(model, body)
         )
-        urls = body.image_urls()
-        if urls:
-            ids = await inbound.until_disconnect(expand_images(state, model, ids, urls))
+        parts = body.media_parts()
+        if parts:
+            ids = await inbound.until_disconnect(expand_images(state, model, ids, parts))
     strings = None
     if body.return_token_strs:
         # vLLM's token_strs: each id's vocabulary entry (e.g. "Ġworld"), not decoded text.
@@ -128,6 +129,8 @@ def _chat_chars(body: TokenizeChatRequest) -> int:
 
 def chat_prompt_ids(model: ModelHandle, body: TokenizeChatRequest) -> list[int]:
     """The conversation rendered and tokenized as the chat route does (pipeline/prompt.py)."""
+    if any(kind == "video" for kind, _ in body.media_parts()):
+        check_takes_video(model)
     text = render_chat(
         model, body.template_messages(), body.template_tools(), body.add_generation_prompt
     )
@@ -162,20 +165,24 @@ def open_final_message(rendered: str, final: str | None) -> str:
 
 
 async def expand_images(
-    state: GatewayState, model: ModelHandle, ids: list[int], urls: list[str]
+    state: GatewayState, model: ModelHandle, ids: list[int], parts: list[tuple[str, str]]
 ) -> list[int]:
-    """``ids`` with each image's anchor expanded to that image's token run.
+    """``ids`` with each image's and video's anchor expanded to that item's token run.
 
-    The checks, the fetch and the processing are the router path's
-    (``pipeline/media.py``): the same refusals, the in-flight image budget charged while
-    the images are decoded, within ``--request-timeout-secs``. The request holds an
-    admission slot meanwhile, as a generation request fetching images does.
+    ``parts``: ``(modality, url)`` in the order written. The checks, the fetch and the
+    processing are the router path's (``pipeline/media.py``): the same refusals, the
+    in-flight budget charged while the media are decoded, within ``--request-timeout-secs``.
+    The request holds an admission slot meanwhile, as a generation request fetching media
+    does.
     """
     config = state.config
+    videos = [url for kind, url in parts if kind == "video"]
     if model.processor is None:
         raise make_error(
             "invalid_multimodal_request", f"model {model.model_id!r} does not take images"
         )
+    if videos:
+        check_takes_video(model)
     workers = state.registry.workers(model_id=model.model_id)
     if workers and all(w.language_model_only for w in workers):
         raise make_error(
@@ -183,33 +190,45 @@ async def expand_images(
             f"image input is not supported by model {model.model_id!r}: its workers run as "
             "a language model only, without a vision encoder",
         )
-    plan = plan_images(urls, config.mm_per_request_image_limit)
-    check_anchors(ids, model.info, len(plan))
+    plan = plan_media(parts, config.mm_per_request_image_limit, config.mm_per_request_video_limit)
+    info = model.info
+    check_anchors(ids, info, len(plan))
+    if info.takes_video:
+        check_video_anchors(ids, info, len(videos))
     timeout = config.request_timeout_s
     slot = await state.admission.acquire(timeout)
     lease = state.pixel_budget.lease()
+    image_runs: list[list[int]] = []
+    video_runs: list[list[int]] = []
     try:
         async with asyncio.timeout(timeout):
-            processed = await process_images(
-                plan,
-                model.info,
-                model.processor,
-                config.media,
-                lease=lease,
-                pool=state.image_pool,
-                cache=state.pixel_cache,
-            )
+            if plan.image_urls:
+                processed = await process_images(
+                    plan,
+                    info,
+                    model.processor,
+                    config.media,
+                    lease=lease,
+                    pool=state.image_pool,
+                    cache=state.pixel_cache,
+                )
+                processed.pixel_values = None  # only the counts are needed
+                image_runs = [[info.image_token_id] * n for n in processed.tokens_per_image]
+            if videos:
+                assert model.video_processor is not None
+                done = await process_videos(
+                    videos, info, model.video_processor, config.media, model.encode, lease=lease
+                )
+                video_runs = done.batch.replacements
     except TimeoutError:
         raise make_error(
-            "request_timeout", f"images not processed within --request-timeout-secs={timeout}"
+            "request_timeout", f"media not processed within --request-timeout-secs={timeout}"
         ) from None
     finally:
         lease.release()
         slot.release()
-    processed.pixel_values = None  # only the counts are needed
-    info = model.info
-    expanded, _ = expand_placeholders(
-        ids, info.anchor_token_id, processed.tokens_per_image, info.image_token_id
+    expanded, _, _ = expand_media(
+        ids, info.anchor_token_id, image_runs, info.video_token_id, video_runs
     )
     return expanded
 

@@ -74,6 +74,41 @@ def add_media_flags(parser: argparse.ArgumentParser) -> None:
         help="decode large JPEGs at a reduced scale (>= 2x the resize target): faster, "
         "but pixels differ slightly from the model's own image processor",
     )
+    add_video_flags(parser)
+
+
+def add_video_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mm-max-video-mb",
+        type=_positive(float),
+        default=_DEFAULTS.max_video_bytes / MiB,
+        help="encoded bytes per video (HTTP body, data URL, file), in MiB",
+    )
+    parser.add_argument(
+        "--mm-max-video-seconds",
+        type=_positive(float),
+        default=_DEFAULTS.max_video_seconds,
+        help="longest video accepted, read from its container before decoding",
+    )
+    parser.add_argument(
+        "--mm-video-fps",
+        type=_positive(float),
+        default=None,
+        help="frames sampled per second of video (default: the model processor's, 2 for Qwen3-VL)",
+    )
+    parser.add_argument(
+        "--mm-max-video-frames",
+        type=_at_least_two,
+        default=None,
+        help="at most this many frames sampled per video (default: the processor's cap)",
+    )
+
+
+def _at_least_two(raw: str) -> int:
+    value = int(raw)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2 (one temporal patch), got {raw}")
+    return value
 
 
 def media_policy_from_args(args: argparse.Namespace) -> MediaPolicy:
@@ -88,4 +123,8 @@ def media_policy_from_args(args: argparse.Namespace) -> MediaPolicy:
         max_redirects=args.mm_max_redirects,
         max_image_pixels=args.mm_max_image_pixels,
         jpeg_draft=args.mm_jpeg_draft,
+        max_video_bytes=max(1, round(args.mm_max_video_mb * MiB)),
+        max_video_seconds=args.mm_max_video_seconds,
+        video_fps=args.mm_video_fps,
+        max_video_frames=args.mm_max_video_frames,
     )

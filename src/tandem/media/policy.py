@@ -6,7 +6,7 @@ Keeping a single validated object means a URL refused on one path is refused on 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import httpx
@@ -39,6 +39,13 @@ class MediaPolicy:
     # target): about half the CPU of decode + resize, but pixel values then differ slightly
     # from the checkpoint's processor, so it is opt-in.
     jpeg_draft: bool = False
+    # Video (docs/pd-contract.md §4, "Video"): encoded bytes per video, its longest duration,
+    # and the sampling: frames per second (None: the model processor's own rate) and at
+    # most this many frames per video (None: the processor's own cap).
+    max_video_bytes: int = 256 * MiB
+    max_video_seconds: float = 600.0
+    video_fps: float | None = None
+    max_video_frames: int | None = None
 
     def __post_init__(self) -> None:
         # Normalise so that matching is a plain comparison later; frozen dataclasses allow
@@ -59,6 +66,16 @@ class MediaPolicy:
             raise ValueError(f"max_redirects must be >= 0, got {self.max_redirects}")
         if self.max_image_pixels <= 0:
             raise ValueError(f"max_image_pixels must be positive, got {self.max_image_pixels}")
+        if self.max_video_bytes <= 0 or not self.max_video_seconds > 0:
+            raise ValueError("max_video_bytes and max_video_seconds must be positive")
+        if self.video_fps is not None and not self.video_fps > 0:
+            raise ValueError(f"video_fps must be positive, got {self.video_fps}")
+        if self.max_video_frames is not None and self.max_video_frames < 2:
+            raise ValueError(f"max_video_frames must be at least 2, got {self.max_video_frames}")
+
+    def for_video(self) -> MediaPolicy:
+        """This policy with the per-video byte cap in place of the per-image one."""
+        return replace(self, max_bytes=self.max_video_bytes)
 
     def schemes(self) -> tuple[str, ...]:
         """Accepted URL schemes, in the order advertised to routers."""

@@ -37,6 +37,12 @@ class ModelFamily:
     batched_keys: tuple[str, ...]
     keep_on_cpu_keys: tuple[str, ...]
     worker_expandable: bool  # may the worker expand anchors itself (media_refs path)
+    # What the template emits once per video; None: the family takes no video.
+    video_anchor_token: str | None = None
+
+    @property
+    def takes_video(self) -> bool:
+        return self.video_anchor_token is not None
 
     @property
     def flat_keys(self) -> dict[str, str]:
@@ -59,6 +65,7 @@ QWEN3_VL = ModelFamily(
     batched_keys=("image_grid_thw", "patches_per_image"),
     keep_on_cpu_keys=("image_grid_thw",),
     worker_expandable=True,
+    video_anchor_token="<|video_pad|>",
 )
 
 LLAVA = ModelFamily(

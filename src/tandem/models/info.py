@@ -40,6 +40,15 @@ class ModelInfo:
     max_context: int
     spatial_merge_size: int | None  # M-RoPE families: patches merged per token side
     image_seq_length: int | None  # grid-less families: fixed tokens per image
+    # Video (families that take it): the anchor the template emits, the token its runs
+    # repeat, and the markers around each frame's run; None elsewhere.
+    video_token_id: int | None = None
+    vision_start_id: int | None = None
+    vision_end_id: int | None = None
+
+    @property
+    def takes_video(self) -> bool:
+        return self.video_token_id is not None
 
 
 def added_token_ids(model_dir: Path) -> dict[str, int]:
@@ -93,7 +102,22 @@ def load_model_info(model_dir: str | Path, model_id: str | None = None) -> Model
         max_context=int(text.get("max_position_embeddings", 0)),
         spatial_merge_size=int(vision.get("spatial_merge_size", 2)) if family.has_mrope else None,
         image_seq_length=None if family.has_mrope else _llava_tokens(config, vision),
+        **_video_ids(family, config, added),
     )
+
+
+def _video_ids(
+    family: ModelFamily, config: dict[str, Any], added: dict[str, int]
+) -> dict[str, int]:
+    """The video token ids of a family that takes video, from config.json (else the vocab)."""
+    if family.video_anchor_token is None:
+        return {}
+    video = config.get("video_token_id", added.get(family.video_anchor_token))
+    start = config.get("vision_start_token_id", added.get("<|vision_start|>"))
+    end = config.get("vision_end_token_id", added.get("<|vision_end|>"))
+    if video is None or start is None or end is None:
+        return {}  # a checkpoint without video tokens: video parts are refused
+    return {"video_token_id": int(video), "vision_start_id": int(start), "vision_end_id": int(end)}
 
 
 def _llava_tokens(config: dict[str, Any], vision: dict[str, Any]) -> int:

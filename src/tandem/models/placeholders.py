@@ -47,3 +47,40 @@ def expand_placeholders(
         expanded.extend([image_token_id] * n)
         k += 1
     return expanded, ranges
+
+
+def expand_media(
+    input_ids: Sequence[int],
+    image_anchor: int,
+    image_runs: Sequence[Sequence[int]],
+    video_anchor: int | None,
+    video_runs: Sequence[Sequence[int]],
+) -> tuple[list[int], list[tuple[int, int]], list[tuple[int, int]]]:
+    """Replace the k-th image anchor by ``image_runs[k]`` and the k-th video anchor by
+    ``video_runs[k]``, in one pass; the ranges of each modality's items, in prompt order.
+
+    Anchors and items must pair up one to one per modality (PlaceholderCountError).
+    """
+    images = count_anchors(input_ids, image_anchor)
+    videos = count_anchors(input_ids, video_anchor) if video_anchor is not None else 0
+    if images != len(image_runs) or videos != len(video_runs):
+        raise PlaceholderCountError(
+            f"the prompt has {images} image and {videos} video placeholder(s) but "
+            f"{len(image_runs)} image(s) and {len(video_runs)} video(s) were given"
+        )
+    if any(not run for run in (*image_runs, *video_runs)):
+        raise ValueError("every media item expands to at least one token")
+    expanded: list[int] = []
+    image_ranges: list[tuple[int, int]] = []
+    video_ranges: list[tuple[int, int]] = []
+    for token in input_ids:
+        if token == image_anchor:
+            run, ranges = image_runs[len(image_ranges)], image_ranges
+        elif token == video_anchor:
+            run, ranges = video_runs[len(video_ranges)], video_ranges
+        else:
+            expanded.append(token)
+            continue
+        ranges.append((len(expanded), len(run)))
+        expanded.extend(run)
+    return expanded, image_ranges, video_ranges

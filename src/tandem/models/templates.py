@@ -2,8 +2,9 @@
 
 Both accept OpenAI-style messages: ``content`` is a string or a list of parts
 ``{"type": "text", "text": ...}``, ``{"type": "image_url", ...}`` or
-``{"type": "image"}``. Every image part renders exactly one anchor token, which
-the gateway (or the worker) later expands to the image's token run.
+``{"type": "image"}`` (and, for the Qwen template, ``{"type": "video_url", ...}``).
+Every image or video part renders exactly one anchor token, which the gateway (or the
+worker) later expands to the item's token run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ QWEN3_VL_CHAT_TEMPLATE = r"""
         {{- part['text'] -}}
       {%- elif part['type'] in ['image', 'image_url'] -%}
         {{- '<|vision_start|><|image_pad|><|vision_end|>' -}}
+      {%- elif part['type'] in ['video', 'video_url'] -%}
+        {{- '<|vision_start|><|video_pad|><|vision_end|>' -}}
       {%- else -%}
         {{- raise_exception('unsupported content part type: ' + part['type']) -}}
       {%- endif -%}

@@ -43,6 +43,9 @@ class PixelPayload:
     # Set when the bytes were written to a shared-memory segment for one leg (see
     # tandem.wire.shm): the leg then carries this handle instead of the bytes.
     shm: common.ShmHandle | None = None
+    # The pixels of the request's second batch (``extra_mm_inputs[0]``, e.g. its videos
+    # beside its images), also kept out of the message; always sent inline.
+    extra: PixelPayload | None = None
 
     @classmethod
     def from_array(cls, array: np.ndarray, dtype: str = "float32") -> PixelPayload:
@@ -59,20 +62,47 @@ class PixelPayload:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of this batch's pixels (``extra`` not included)."""
         return int(self.array.nbytes)
+
+    @property
+    def total_nbytes(self) -> int:
+        return self.nbytes + (self.extra.nbytes if self.extra is not None else 0)
+
+    @property
+    def has_raw(self) -> bool:
+        """Whether some batch still holds raw uint8 pixels (normalized per worker)."""
+        return self.normalize_lut is not None or (self.extra is not None and self.extra.has_raw)
 
     def in_shm(self, handle: common.ShmHandle) -> PixelPayload:
         """This payload as a leg sends it once its bytes are in the segment ``handle``."""
         if handle.nbytes != self.nbytes:
             raise ValueError(f"the segment holds {handle.nbytes} bytes, the pixels {self.nbytes}")
-        return PixelPayload(self.array, self.shape, self.dtype, shm=handle)
+        return PixelPayload(self.array, self.shape, self.dtype, shm=handle, extra=self.extra)
 
     def for_worker(self, device_normalizes: bool) -> PixelPayload:
         """The payload a worker gets: raw where it normalizes on device, else normalized.
 
         A worker that normalizes on device would normalize already-normalized values a
-        second time, so a payload that is not raw cannot go to it.
+        second time, so a payload that is not raw cannot go to it. ``extra`` follows.
         """
+        primary = self._batch_for_worker(device_normalizes)
+        if self.extra is None:
+            return primary
+        extra = self.extra.for_worker(device_normalizes)
+        if primary is self and extra is self.extra:
+            return self
+        return PixelPayload(
+            primary.array,
+            primary.shape,
+            primary.dtype,
+            primary.normalize_lut,
+            primary.normalized_dtype,
+            primary.shm,
+            extra,
+        )
+
+    def _batch_for_worker(self, device_normalizes: bool) -> PixelPayload:
         if self.normalize_lut is None:
             if device_normalizes:
                 raise ValueError("this worker normalizes pixels itself and needs raw uint8")
@@ -114,15 +144,27 @@ def _key(field: int) -> bytes:
 
 
 def serialize_with_pixels(request: GenerateRequest, pixels: PixelPayload | None) -> bytes:
-    """The wire bytes of ``request`` with ``pixels`` as its ``mm_inputs.pixel_values``.
+    """The wire bytes of ``request`` with ``pixels`` as its ``mm_inputs.pixel_values``
+    (and ``pixels.extra`` as its ``extra_mm_inputs[0].pixel_values``).
 
     ``request`` must not carry pixel_values itself (that would be two payloads).
     """
-    head: bytes = request.SerializeToString()
     if pixels is None:
-        return head
+        plain: bytes = request.SerializeToString()
+        return plain
     if request.mm_inputs.HasField("pixel_values"):
         raise ValueError("the request already holds pixel_values")
+    if pixels.extra is not None:
+        # The second batch's pixels go into a copy of the (pixel-free) request: a repeated
+        # field cannot be merged into by appending bytes, as mm_inputs can.
+        extra, with_extra = pixels.extra, GenerateRequest()
+        with_extra.CopyFrom(request)
+        target = with_extra.extra_mm_inputs[0].pixel_values
+        target.shape.extend(extra.shape)
+        target.dtype = extra.dtype
+        target.inline = extra.array.tobytes()
+        request = with_extra
+    head: bytes = request.SerializeToString()
     if pixels.shm is not None:
         # Only the handle travels: a small message, serialized the ordinary way.
         tail = MultimodalInputs(

@@ -30,6 +30,7 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
     "chat_template.json",
     "preprocessor_config.json",
+    "video_preprocessor_config.json",
     "processor_config.json",
     "config.json",
     "generation_config.json",

@@ -130,17 +130,25 @@ def wire_constraint(params: pb.SamplingParams) -> Constraint | None:
     raise StructuredOutputError(f"constraint {kind!r} is not supported by this worker")
 
 
-def _image_batch(request: GenerateRequest) -> MultimodalInputs | None:
-    batches = mm_batches(request)
-    if not batches:
-        return None
-    for batch in batches:
-        if batch.modality not in (Modality.MODALITY_UNSPECIFIED, Modality.IMAGE):
+def _media_batches(
+    request: GenerateRequest,
+) -> tuple[MultimodalInputs | None, MultimodalInputs | None]:
+    """The request's image batch and video batch (at most one of each)."""
+    image: MultimodalInputs | None = None
+    video: MultimodalInputs | None = None
+    for batch in mm_batches(request):
+        if batch.modality == Modality.VIDEO:
+            if video is not None:
+                raise ValueError("expected one video batch, got several")
+            video = batch
+        elif batch.modality in (Modality.MODALITY_UNSPECIFIED, Modality.IMAGE):
+            if image is not None:
+                raise ValueError("expected one image batch, got several")
+            image = batch
+        else:
             name = Modality.Name(batch.modality)
-            raise ValueError(f"{name} inputs are not supported by this worker; only images are")
-    if len(batches) > 1:
-        raise ValueError("expected one image batch, got several")
-    return batches[0]
+            raise ValueError(f"{name} inputs are not supported by this worker")
+    return image, video
 
 
 def _decode(batch: MultimodalInputs) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
@@ -155,37 +163,86 @@ def _decode(batch: MultimodalInputs) -> tuple[np.ndarray | None, dict[str, np.nd
     return pixels, grids
 
 
-def wire_media(
-    request: GenerateRequest, ids: list[int], *, has_kv: bool, supports_vision: bool
-) -> WireMedia:
-    """Read the request's preprocessed media (pixels, identity, or hashes only)."""
-    batch = _image_batch(request)
-    if batch is None:
-        return WireMedia(None, None, False)
+@dataclass(slots=True)
+class _Batch:
+    items: list[MediaItem]
+    pixels: np.ndarray | None
+    grids: dict[str, np.ndarray]
+    token_id: int | None
+
+
+def _read_batch(batch: MultimodalInputs, modality: str, ids: list[int]) -> _Batch:
     pixels, grids = _decode(batch)
     hashes = list(batch.mm_hashes)
     placeholders = [(p.offset, p.length) for p in batch.mm_placeholders]
-    if (pixels is not None or grids) and not supports_vision:
-        raise ValueError(f"{LMO_REASON}: it cannot take pixel_values or grid tensors")
-    if pixels is None and not has_kv:
-        raise ValueError(PIXEL_LESS_WITHOUT_KV)
     for offset, length in placeholders:
         if length < 1 or offset + length > len(ids):
             raise ValueError(
                 f"placeholder range ({offset}, {length}) lies outside the {len(ids)} prompt ids"
             )
-    if pixels is None and not grids and not placeholders:
-        # Hashes only: the engine sees text ids; the hashes salt its prefix cache.
-        return WireMedia(None, hash_salt(hashes), False)
     if not hashes and pixels is not None:
-        # A client that sends no hashes still gets image-keyed caching.
+        # A client that sends no hashes still gets media-keyed caching.
         hashes = [f"{media_hash(pixels.tobytes())}-{i}" for i in range(len(placeholders))]
     if len(hashes) != len(placeholders):
         raise ValueError(
             f"{len(hashes)} mm_hashes for {len(placeholders)} mm_placeholders; "
-            "give one of each per image"
+            f"give one of each per {modality}"
         )
-    items = [MediaItem(h, off, n) for h, (off, n) in zip(hashes, placeholders, strict=True)]
-    image_token = batch.im_token_id if batch.HasField("im_token_id") else None
-    media = MediaInputs(items=items, im_token_id=image_token, pixel_values=pixels, grids=grids)
-    return WireMedia(media, None, pixels is not None)
+    items = [
+        MediaItem(h, off, n, modality) for h, (off, n) in zip(hashes, placeholders, strict=True)
+    ]
+    token = batch.im_token_id if batch.HasField("im_token_id") else None
+    return _Batch(items, pixels, grids, token)
+
+
+def wire_media(
+    request: GenerateRequest,
+    ids: list[int],
+    *,
+    has_kv: bool,
+    supports_vision: bool,
+    video_token_id: int | None = None,
+) -> WireMedia:
+    """Read the request's preprocessed media (pixels, identity, or hashes only).
+
+    An image batch and a video batch may come together (``mm_inputs`` and
+    ``extra_mm_inputs``); their items are merged in prompt order. ``video_token_id``: the
+    model's (None: it takes no video, and a video batch with placeholders is refused).
+    """
+    image_batch, video_batch = _media_batches(request)
+    if image_batch is None and video_batch is None:
+        return WireMedia(None, None, False)
+    batches = [b for b in (image_batch, video_batch) if b is not None]
+    hashes = [h for b in batches for h in b.mm_hashes]
+    carries = any(b.HasField("pixel_values") or b.model_specific_tensors for b in batches)
+    if carries and not supports_vision:
+        raise ValueError(f"{LMO_REASON}: it cannot take pixel_values or grid tensors")
+    if not any(b.HasField("pixel_values") for b in batches) and not has_kv:
+        raise ValueError(PIXEL_LESS_WITHOUT_KV)
+    if not carries and not any(b.mm_placeholders for b in batches):
+        # Hashes only: the engine sees text ids; the hashes salt its prefix cache.
+        return WireMedia(None, hash_salt(hashes), False)
+    image = _read_batch(image_batch, "image", ids) if image_batch is not None else None
+    video = _read_batch(video_batch, "video", ids) if video_batch is not None else None
+    if video is not None and video.items:
+        if video_token_id is None:
+            raise ValueError("this model takes no video input")
+        if video.token_id not in (None, video_token_id):
+            raise ValueError(
+                f"the video batch's im_token_id {video.token_id} is not the model's video "
+                f"token {video_token_id}"
+            )
+    items = sorted(
+        [*(image.items if image else []), *(video.items if video else [])],
+        key=lambda item: item.offset,
+    )
+    grids = {**(image.grids if image else {}), **(video.grids if video else {})}
+    media = MediaInputs(
+        items=items,
+        im_token_id=image.token_id if image else None,
+        pixel_values=image.pixels if image else None,
+        grids=grids,
+        video_pixel_values=video.pixels if video else None,
+    )
+    has_pixels = any(b.pixels is not None for b in (image, video) if b is not None)
+    return WireMedia(media, None, has_pixels)

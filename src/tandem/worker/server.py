@@ -20,6 +20,7 @@ from tandem.engine.runner import ModelRunner
 from tandem.hostport import join_host_port
 from tandem.models.info import ModelInfo, load_model_info
 from tandem.models.processor import load_processor
+from tandem.models.video import load_video_processor, text_encoder
 from tandem.wire.proto import pb_grpc
 from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient, KvChannelServer
@@ -53,7 +54,14 @@ class WorkerServer:
         refs = None
         if config.accepts_media_refs:
             limits = MediaRefsLimits(config.media_limits)
-            refs = MediaRefsProcessor(self.info, load_processor(model_dir), config.media, limits)
+            refs = MediaRefsProcessor(
+                self.info,
+                load_processor(model_dir),
+                config.media,
+                limits,
+                video=load_video_processor(model_dir, self.info.takes_video),
+                encode=text_encoder(model_dir) if self.info.takes_video else None,
+            )
         self.kv_client = KvChannelClient(shape)
         self.server = grpc.aio.server(
             options=GRPC_OPTIONS,

@@ -168,6 +168,7 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
                 ids,
                 has_kv=remote is not None,
                 supports_vision=not self.config.language_model_only,
+                video_token_id=self.model.video_token_id,
             )
             media, salt = wire.media, wire.cache_salt
         shape = self.engine.shape
@@ -227,7 +228,7 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
         identity = None
         if params is not None:
             try:
-                identity = build_media_identity(processed, self.model.family.grid_keys)
+                identity = build_media_identity(processed)
             except ValueError as exc:
                 log.warning(
                     "Request %s: media identity not built (%s); the decode side will "

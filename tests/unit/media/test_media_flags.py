@@ -35,6 +35,20 @@ def test_every_limit_flag_reaches_the_policy() -> None:
     assert policy.max_image_pixels == 1_000_000
 
 
+def test_video_flags_reach_the_policy() -> None:
+    policy = parse(
+        "--mm-max-video-mb", "3",
+        "--mm-max-video-seconds", "30",
+        "--mm-video-fps", "0.5",
+        "--mm-max-video-frames", "16",
+    )  # fmt: skip
+    assert policy.max_video_bytes == 3 * MiB and policy.max_video_seconds == 30
+    assert (policy.video_fps, policy.max_video_frames) == (0.5, 16)
+    assert policy.for_video().max_bytes == 3 * MiB and policy.max_bytes == MediaPolicy().max_bytes
+    defaults = parse()
+    assert (defaults.video_fps, defaults.max_video_frames) == (None, None)  # the processor's
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -45,6 +59,10 @@ def test_every_limit_flag_reaches_the_policy() -> None:
         ("--mm-max-redirects", "-1"),
         ("--mm-max-redirects", "100"),
         ("--mm-max-image-pixels", "0"),
+        ("--mm-max-video-mb", "0"),
+        ("--mm-max-video-seconds", "-5"),
+        ("--mm-video-fps", "0"),
+        ("--mm-max-video-frames", "1"),
     ],
 )
 def test_nonsense_values_are_refused_by_the_parser(

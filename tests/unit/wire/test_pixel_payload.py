@@ -104,3 +104,31 @@ def test_one_image_request_peaks_below_two_pixel_tensors_beside_the_pixels() -> 
     full.SerializeToString()
     _, peak = _rss_and_peak()
     assert (peak - rss_before) / size > 1.9
+
+
+def test_a_second_batch_travels_as_extra_pixels() -> None:
+    """Images in mm_inputs, a video in extra_mm_inputs[0]: both payloads stay raw for a
+    worker that normalizes on device, both are normalized for any other, both land in
+    their own batch."""
+    rng = np.random.default_rng(7)
+    image = rng.integers(0, 256, (4, 12), dtype=np.uint8)
+    video = rng.integers(0, 256, (6, 12), dtype=np.uint8)
+    lut = np.tile(np.linspace(-1, 1, 256, dtype=np.float32), (3, 1))
+    payload = PixelPayload.raw(image, lut, "float32")
+    payload.extra = PixelPayload.raw(video, lut * 2, "float32")
+    req = pixel_free_request()
+    req.extra_mm_inputs.add(mm_hashes=["v"])
+    assert payload.total_nbytes == image.nbytes + video.nbytes and payload.has_raw
+    raw = GenerateRequest.FromString(serialize_with_pixels(req, payload.for_worker(True)))
+    np.testing.assert_array_equal(decode_tensor(raw.mm_inputs.pixel_values), image)
+    np.testing.assert_array_equal(decode_tensor(raw.extra_mm_inputs[0].pixel_values), video)
+    normalized = payload.for_worker(False)
+    assert not normalized.has_raw
+    parsed = GenerateRequest.FromString(serialize_with_pixels(req, normalized))
+    flat = lambda a: a.reshape(a.shape[0], 3, -1)  # noqa: E731 - channel-major rows
+    np.testing.assert_array_equal(
+        flat(decode_tensor(parsed.extra_mm_inputs[0].pixel_values)),
+        np.stack([(lut[c] * 2)[flat(video)[:, c]] for c in range(3)], axis=1),
+    )
+    assert not req.extra_mm_inputs[0].HasField("pixel_values"), "the request is not touched"
+    assert parsed.extra_mm_inputs[0].mm_hashes == ["v"]

@@ -126,7 +126,11 @@ class ChatCompletionRequest(GenerationParams):
 
     def image_urls(self) -> list[str]:
         """Every image part's URL, in the order the client wrote them."""
-        return [url for message in self.messages for url in message.image_urls()]
+        return [url for kind, url in self.media_parts() if kind == "image"]
+
+    def media_parts(self) -> list[tuple[str, str]]:
+        """``(modality, url)`` of every image and video part, in the order written."""
+        return [part for message in self.messages for part in message.media_parts()]
 
     def template_messages(self) -> list[dict[str, Any]]:
         return [message.template_dict() for message in self.messages]

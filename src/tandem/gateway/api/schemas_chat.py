@@ -66,6 +66,26 @@ class ImagePart(BaseModel):
         return {"url": value} if isinstance(value, str) else value
 
 
+class VideoURL(BaseModel):
+    model_config = STRICT_IGNORE_EXTRA
+
+    url: str
+
+
+class VideoPart(BaseModel):
+    """``{"type": "video_url", "video_url": {"url": ...}}``, as vLLM's server takes it."""
+
+    model_config = STRICT_IGNORE_EXTRA
+
+    type: Literal["video_url"]
+    video_url: VideoURL
+
+    @field_validator("video_url", mode="before")
+    @classmethod
+    def _bare_url(cls, value: Any) -> Any:
+        return {"url": value} if isinstance(value, str) else value
+
+
 class _UnsupportedPart(BaseModel):
     """Any part whose ``type`` is a string Tandem does not know; validation always fails."""
 
@@ -78,7 +98,8 @@ class _UnsupportedPart(BaseModel):
     def _refuse(cls, value: str) -> str:
         raise PydanticCustomError(
             UNSUPPORTED_PART,
-            "content part type '{part_type}' is not supported (use 'text' or 'image_url')",
+            "content part type '{part_type}' is not supported "
+            "(use 'text', 'image_url' or 'video_url')",
             {"part_type": value},
         )
 
@@ -89,12 +110,15 @@ def _part_tag(value: Any) -> str | None:
         return "~text"
     if part_type == "image_url":
         return "~image_url"
+    if part_type == "video_url":
+        return "~video_url"
     return "~other" if isinstance(part_type, str) else None
 
 
 ContentPart = Annotated[
     Annotated[TextPart, Tag("~text")]
     | Annotated[ImagePart, Tag("~image_url")]
+    | Annotated[VideoPart, Tag("~video_url")]
     | Annotated[_UnsupportedPart, Tag("~other")],
     Discriminator(
         _part_tag,
@@ -152,10 +176,17 @@ class ChatMessage(BaseModel):
     tool_call_id: str | None = None
     reasoning_content: str | None = None
 
-    def image_urls(self) -> list[str]:
+    def media_parts(self) -> list[tuple[str, str]]:
+        """``(modality, url)`` of each image and video part, in the order written."""
         if not isinstance(self.content, list):
             return []
-        return [p.image_url.url for p in self.content if isinstance(p, ImagePart)]
+        parts: list[tuple[str, str]] = []
+        for part in self.content:
+            if isinstance(part, ImagePart):
+                parts.append(("image", part.image_url.url))
+            elif isinstance(part, VideoPart):
+                parts.append(("video", part.video_url.url))
+        return parts
 
     def template_dict(self) -> dict[str, Any]:
         """The message as a plain dict for the chat template (unset optional fields left out)."""

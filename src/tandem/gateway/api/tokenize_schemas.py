@@ -128,7 +128,12 @@ class TokenizeChatRequest(_Options):
         return [message.template_dict() for message in self.messages]
 
     def image_urls(self) -> list[str]:
-        return [url for message in self.messages for url in message.image_urls()]
+        """Every image part's URL, in the order the client wrote them."""
+        return [url for kind, url in self.media_parts() if kind == "image"]
+
+    def media_parts(self) -> list[tuple[str, str]]:
+        """``(modality, url)`` of every image and video part, in the order written."""
+        return [part for message in self.messages for part in message.media_parts()]
 
     def final_text(self) -> str | None:
         """The text of the final message that ``continue_final_message`` continues."""

@@ -40,7 +40,7 @@ class AggregatedDispatcher:
         worker = pick(self.policy, pool, ctx, "worker")
         if ctx.mm_path == "worker":
             # As for a PD pair: every ref's scheme must be one the worker accepts (400).
-            check_media_ref_schemes(ctx.image_urls, [worker.media_ref_schemes])
+            check_media_ref_schemes(ctx.media_urls, [worker.media_ref_schemes])
         close = claim(worker, self.policy, ctx)
         ctx.served_by = [worker.url]
         try:

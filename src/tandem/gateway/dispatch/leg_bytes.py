@@ -22,7 +22,7 @@ class LegBytes:
 
 def leg_bytes(request: GenerateRequest, pixels: PixelPayload | None = None) -> LegBytes:
     """Tensor bytes of a leg; ``pixels`` are the payload sent beside the message, if any."""
-    pixel = pixels.nbytes if pixels is not None else 0
+    pixel = pixels.total_nbytes if pixels is not None else 0
     other = 0
     for batch in mm_batches(request):
         if batch.HasField("pixel_values"):

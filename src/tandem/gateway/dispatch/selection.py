@@ -21,7 +21,7 @@ def candidates(
     registry: WorkerRegistry, ctx: RequestContext, role: str, exclude: set[str]
 ) -> list[Worker]:
     pool = [w for w in registry.available(role, ctx.model.model_id) if w.url not in exclude]
-    if ctx.image_urls and role in ("regular", "prefill"):
+    if ctx.media_urls and role in ("regular", "prefill"):
         pool = [w for w in pool if w.supports_vision]
     if ctx.mm_path == "worker":
         pool = filter_media_ref_capable(pool, lambda w: w.accepts_media_refs, role)

@@ -56,7 +56,7 @@ async def worker_pixels(pixels: PixelPayload | None, worker: Worker) -> PixelPay
     mapped pages are touched for the first time); numpy releases the GIL meanwhile, so it
     runs in a thread and the event loop keeps relaying other requests' tokens.
     """
-    if pixels is None or pixels.normalize_lut is None or worker.device_normalizes:
+    if pixels is None or not pixels.has_raw or worker.device_normalizes:
         return pixels
     return await asyncio.to_thread(pixels.for_worker, False)
 

@@ -68,9 +68,7 @@ def expand_and_assemble_detached(
     The pixel array is taken from ``processed`` (see ``ProcessedImages.take_pixels``).
     Raises 400 ``multimodal_prompt_contract_mismatch`` when anchors and images differ.
     """
-    wire_dtype = canonical_dtype(pixel_dtype)
-    if wire_dtype not in PIXEL_WIRE_DTYPES:
-        raise ValueError(f"pixel wire dtype must be one of {PIXEL_WIRE_DTYPES}, got {pixel_dtype}")
+    wire_dtype = wire_pixel_dtype(pixel_dtype)
     check_anchors(input_ids, info, len(processed))
     try:
         expanded, ranges = expand_placeholders(
@@ -78,11 +76,31 @@ def expand_and_assemble_detached(
         )
     except PlaceholderCountError as exc:  # unreachable after check_anchors; kept as a guard
         raise make_error("multimodal_prompt_contract_mismatch", str(exc)) from exc
+    batch = out if out is not None else MultimodalInputs()
+    return expanded, batch, fill_image_batch(batch, processed, ranges, info, wire_dtype)
 
+
+def wire_pixel_dtype(pixel_dtype: str) -> str:
+    wire_dtype = canonical_dtype(pixel_dtype)
+    if wire_dtype not in PIXEL_WIRE_DTYPES:
+        raise ValueError(f"pixel wire dtype must be one of {PIXEL_WIRE_DTYPES}, got {pixel_dtype}")
+    return wire_dtype
+
+
+def fill_image_batch(
+    batch: MultimodalInputs,
+    processed: ProcessedImages,
+    ranges: list[tuple[int, int]],
+    info: ModelInfo,
+    wire_dtype: str,
+) -> PixelPayload:
+    """Write the image batch (all but its pixels) into ``batch``; the pixels as a payload.
+
+    ``ranges``: each image's ``(offset, length)`` in the expanded ids.
+    """
     tensors = _model_tensors(processed, info)
     _check_layout(processed, tensors, info)
-    # Only now touch ``out``: every refusal above leaves the caller's message as it was.
-    batch = out if out is not None else MultimodalInputs()
+    # Only now touch ``batch``: every refusal above leaves the caller's message as it was.
     batch.Clear()
     batch.modality = Modality.IMAGE
     batch.im_token_id = info.image_token_id
@@ -104,8 +122,8 @@ def expand_and_assemble_detached(
     lut = processed.normalize_lut
     pixels = processed.take_pixels()
     if lut is not None:  # raw uint8: normalized per worker when a leg is sent
-        return expanded, batch, PixelPayload.raw(pixels, lut, wire_dtype)
-    return expanded, batch, PixelPayload.from_array(pixels, wire_dtype)
+        return PixelPayload.raw(pixels, lut, wire_dtype)
+    return PixelPayload.from_array(pixels, wire_dtype)
 
 
 def write_tensor(target: TensorData, array: np.ndarray, dtype: str | None = None) -> None:

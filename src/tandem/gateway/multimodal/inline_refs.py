@@ -13,6 +13,7 @@ workers").
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 import time
@@ -24,7 +25,7 @@ from tandem.gateway.multimodal.process import media_error_to_tandem
 from tandem.gateway.workers.client import MAX_MESSAGE_BYTES
 from tandem.gateway.workers.worker import Worker
 from tandem.media import FetchedMedia, MediaError, MediaPolicy, Resolver, fetch_all, url_scheme
-from tandem.wire.proto import pb
+from tandem.wire.proto import Modality, pb
 
 # Schemes whose fetch can be steered to another address (redirects, DNS). file:// refs stay
 # verbatim: the gateway checked their containment, and the worker reads them under its own
@@ -104,8 +105,18 @@ async def inline_network_refs(
     if not indices:
         return InlinedRefs(0, 0, 0.0, urls)
     started = time.perf_counter()
+    # Videos are fetched under the per-video byte cap, images under the per-image one.
+    videos = {i for i in indices if refs.items[i].modality == Modality.VIDEO}
     try:
-        fetched = await fetch_all([urls[i] for i in indices], policy, resolver=resolver)
+        fetched_images, fetched_videos = await asyncio.gather(
+            fetch_all([urls[i] for i in indices if i not in videos], policy, resolver=resolver),
+            fetch_all(
+                [urls[i] for i in indices if i in videos], policy.for_video(), resolver=resolver
+            ),
+        )
+        by_index = dict(zip([i for i in indices if i not in videos], fetched_images, strict=True))
+        by_index |= dict(zip([i for i in indices if i in videos], fetched_videos, strict=True))
+        fetched = [by_index[i] for i in indices]
     except MediaError as exc:
         raise media_error_to_tandem(exc) from exc
     fetch_s = time.perf_counter() - started

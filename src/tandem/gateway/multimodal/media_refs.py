@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Sequence
 
 from tandem.errors import make_error
-from tandem.gateway.multimodal.plan import MediaPlan, check_anchors
+from tandem.gateway.multimodal.plan import MediaPlan, check_anchors, check_video_anchors
 from tandem.gateway.multimodal.process import media_error_to_tandem
 from tandem.media import (
     MediaError,
@@ -37,7 +37,7 @@ async def build_media_refs(
     *,
     resolver: Resolver | None = None,
 ) -> pb.MediaRefs:
-    """One ``MediaRef{IMAGE, url}`` per image, in plan order, after the gateway's checks.
+    """One ``MediaRef{IMAGE|VIDEO, url}`` per part, in plan order, after the gateway's checks.
 
     ``input_ids`` go to the worker unchanged (unexpanded); they must hold one anchor per
     image (400 ``multimodal_prompt_contract_mismatch``). URL refusals are the router path's
@@ -48,8 +48,15 @@ async def build_media_refs(
     if plan.is_empty:
         raise ValueError("build_media_refs needs a plan with at least one image")
     check_anchors(input_ids, info, len(plan))
+    check_video_anchors(input_ids, info, len(plan.video_urls))
+    parts = plan.parts
     results = await asyncio.gather(
-        *(check_media_ref_url(url, policy, resolver=resolver) for url in plan.image_urls),
+        *(
+            check_media_ref_url(
+                url, policy.for_video() if kind == "video" else policy, resolver=resolver
+            )
+            for kind, url in parts
+        ),
         return_exceptions=True,
     )
     # Report the first failing image in the client's order, not whichever resolved first.
@@ -57,8 +64,8 @@ async def build_media_refs(
         if isinstance(result, BaseException):
             raise result
     refs = pb.MediaRefs()
-    for url in plan.image_urls:
-        refs.items.add(modality=Modality.IMAGE, url=url)
+    for kind, url in parts:
+        refs.items.add(modality=Modality.VIDEO if kind == "video" else Modality.IMAGE, url=url)
     return refs
 
 

@@ -118,7 +118,7 @@ async def process_images(
     or pixel caps) or ``multimodal_processing_failed`` (fetch, header, decode or
     preprocess); 500 ``multimodal_pool_process_died`` when a pool process died meanwhile.
     """
-    if plan.is_empty:
+    if not plan.image_urls:
         raise ValueError("process_images needs a plan with at least one image")
     if processor.family != info.family:
         raise ValueError(

@@ -38,7 +38,7 @@ def select_pair(
         labels = [
             parse_scheme_label(w.labels.get("mm_media_ref_schemes")) for w in (prefill, decode)
         ]
-        check_media_ref_schemes(ctx.image_urls, labels)
+        check_media_ref_schemes(ctx.media_urls, labels)
     close_prefill = claim(prefill, prefill_policy, ctx)
     close_decode = claim(decode, decode_policy, ctx)
 

@@ -1,4 +1,4 @@
-"""Stage: decide where the request's images are processed, and do the router's part.
+"""Stage: decide where the request's images and videos are processed, and do the router's part.
 
 Router path: fetch, decode, preprocess, expand and hash here, writing the pixel
 tensor once, straight into the wire request. Worker path: forward the URLs as
@@ -20,6 +20,7 @@ from tandem.gateway import metrics
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
 from tandem.gateway.multimodal.assemble import expand_and_assemble_detached
+from tandem.gateway.multimodal.assemble_video import expand_and_assemble_media
 from tandem.gateway.multimodal.inline_refs import (
     check_data_refs_accepted,
     gateway_must_fetch,
@@ -29,9 +30,11 @@ from tandem.gateway.multimodal.inline_refs import (
 from tandem.gateway.multimodal.media_refs import build_media_refs
 from tandem.gateway.multimodal.path import choose_mm_path
 from tandem.gateway.multimodal.pixel_cache import PixelCache
-from tandem.gateway.multimodal.plan import MediaPlan, check_anchors, plan_images
+from tandem.gateway.multimodal.plan import MediaPlan, check_anchors, check_video_anchors, plan_media
 from tandem.gateway.multimodal.pool import ImagePool
 from tandem.gateway.multimodal.process import process_images
+from tandem.gateway.multimodal.videos import process_videos
+from tandem.gateway.pipeline.prompt import check_takes_video
 from tandem.gateway.workers.worker import Worker
 from tandem.media import media_hash
 from tandem.media.budget import ByteLease
@@ -54,23 +57,30 @@ async def prepare_media(
     path before any image is decoded (gateway/multimodal/process.py). ``pool`` and
     ``cache``: the gateway's image pool (--mm-workers) and pixel cache, router path only.
     """
-    if not ctx.image_urls:
+    if not ctx.media_urls:
         return
     model = ctx.model
+    parts = list(zip(ctx.media_kinds, ctx.media_urls, strict=True))
+    videos = sum(1 for kind, _ in parts if kind == "video")
     if model.processor is None:
         raise make_error(
             "invalid_multimodal_request", f"model {model.model_id!r} does not take images"
         )
+    if videos:
+        check_takes_video(model)
+    what = "video" if videos == len(parts) else "image and video" if videos else "image"
     if workers and all(w.language_model_only for w in workers):
         raise make_error(
             "multimodal_not_supported",
-            f"image input is not supported by model {model.model_id!r}: its workers run as "
+            f"{what} input is not supported by model {model.model_id!r}: its workers run as "
             "a language model only, without a vision encoder",
         )
-    plan = plan_images(ctx.image_urls, config.mm_per_request_image_limit)
-    # A prompt that cannot pair its images with placeholders costs no media traffic, on
+    plan = plan_media(parts, config.mm_per_request_image_limit, config.mm_per_request_video_limit)
+    # A prompt that cannot pair its media with placeholders costs no media traffic, on
     # either path (400 multimodal_prompt_contract_mismatch).
     check_anchors(ctx.prompt_ids, model.info, len(plan))
+    if model.info.takes_video:
+        check_video_anchors(ctx.prompt_ids, model.info, videos)
     decision = choose_mm_path(
         config.mm_processing,
         forwardable=plan.forwardable,
@@ -78,35 +88,54 @@ async def prepare_media(
         workers_accept_media_refs=[w.accepts_media_refs for w in workers],
     )
     metrics.MM_PROCESSING.labels(decision.path, decision.reason).inc()
-    metrics.MM_ITEMS.labels(decision.path).inc(len(plan))
+    metrics.MM_ITEMS.labels(decision.path).inc(len(parts))
     ctx.mm_path = decision.path
     wire = ctx.wire
     assert wire is not None
     if decision.path == "worker":
         await _forward_media_refs(ctx, config, workers, plan)
-        # Routing sees one anchor per image here; key each by its URL so that the
-        # cache-aware policy never counts two different images as a shared prefix.
-        anchor = model.info.anchor_token_id
-        anchors = [i for i, token in enumerate(ctx.prompt_ids) if token == anchor]
+        # Routing sees one anchor per item here; key each by its URL so that the
+        # cache-aware policy never counts two different media as a shared prefix.
+        anchor_ids = {model.info.anchor_token_id, model.info.video_token_id}
+        anchors = [i for i, token in enumerate(ctx.prompt_ids) if token in anchor_ids]
         ctx.media_runs = [
             (pos, 1, "url:" + media_hash(url.encode()))
-            for pos, url in zip(anchors, plan.image_urls, strict=True)
+            for pos, (_, url) in zip(anchors, plan.parts, strict=True)
         ]
         return
-    processed = await process_images(
-        plan, model.info, model.processor, config.media, lease=lease, pool=pool, cache=cache
-    )
-    metrics.MEDIA_FETCH_SECONDS.observe(processed.timings.fetch_s + processed.timings.decode_s)
-    metrics.MEDIA_PREPROCESS_SECONDS.observe(processed.timings.preprocess_s)
-    expanded, batch, ctx.pixels = expand_and_assemble_detached(
-        ctx.prompt_ids, processed, model.info, pixel_dtype=config.wire_dtype, out=wire.mm_inputs
-    )
+    images = None
+    if plan.image_urls:
+        images = await process_images(
+            plan, model.info, model.processor, config.media, lease=lease, pool=pool, cache=cache
+        )
+        metrics.MEDIA_FETCH_SECONDS.observe(images.timings.fetch_s + images.timings.decode_s)
+        metrics.MEDIA_PREPROCESS_SECONDS.observe(images.timings.preprocess_s)
+    if videos:
+        assert model.video_processor is not None
+        processed = await process_videos(
+            list(plan.video_urls),
+            model.info,
+            model.video_processor,
+            config.media,
+            model.encode,
+            lease=lease,
+        )
+        metrics.MEDIA_FETCH_SECONDS.observe(processed.fetch_s + processed.decode_s)
+        expanded, ctx.media_runs, ctx.pixels = expand_and_assemble_media(
+            ctx.prompt_ids, images, processed, model.info, wire, pixel_dtype=config.wire_dtype
+        )
+    else:
+        assert images is not None
+        expanded, batch, ctx.pixels = expand_and_assemble_detached(
+            ctx.prompt_ids, images, model.info, pixel_dtype=config.wire_dtype, out=wire.mm_inputs
+        )
+        ctx.media_runs = [
+            (p.offset, p.length, h)
+            for p, h in zip(batch.mm_placeholders, batch.mm_hashes, strict=True)
+        ]
     ctx.had_pixels = True
     del wire.tokenized.input_ids[:]
     wire.tokenized.input_ids.extend(expanded)
-    ctx.media_runs = [
-        (p.offset, p.length, h) for p, h in zip(batch.mm_placeholders, batch.mm_hashes, strict=True)
-    ]
 
 
 async def _forward_media_refs(
@@ -115,7 +144,7 @@ async def _forward_media_refs(
     """Vet the URLs and put them on the wire as ``media_refs``, inlined where needed."""
     wire = ctx.wire
     assert wire is not None
-    urls = plan.image_urls
+    urls = [url for _, url in plan.parts]
     inline = gateway_must_fetch(workers)
     if inline:
         roles = ("prefill", "decode") if config.pd_disaggregation else ("regular",)
@@ -139,4 +168,4 @@ async def _forward_media_refs(
             inlined.fetched_bytes,
         )
     # The selection checks (media_ref_schemes) see the schemes as forwarded.
-    ctx.image_urls = inlined.forwarded
+    ctx.media_urls = inlined.forwarded

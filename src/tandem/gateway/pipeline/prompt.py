@@ -60,13 +60,27 @@ def render_chat(
         raise make_error("invalid_request", f"chat template: {exc}", param="messages") from None
 
 
+def check_takes_video(model: ModelHandle) -> None:
+    """400 ``multimodal_not_supported`` naming the modality, for a model without video."""
+    if model.video_processor is None:
+        raise make_error(
+            "multimodal_not_supported",
+            f"video input is not supported by model {model.model_id!r} "
+            f"({model.info.family.name} takes images only): remove the video_url part(s)",
+        )
+
+
 def build_prompt(ctx: RequestContext) -> None:
     model = ctx.model
     body = ctx.body
     if isinstance(body, ChatCompletionRequest):
+        parts = body.media_parts()
+        ctx.media_kinds = [kind for kind, _ in parts]
+        ctx.media_urls = [url for _, url in parts]
+        if "video" in ctx.media_kinds:
+            check_takes_video(model)  # before the template, which may not know video parts
         ctx.prompt_text = render_chat(model, body.template_messages(), body.template_tools())
         ctx.prompt_ids = model.encode(ctx.prompt_text)
-        ctx.image_urls = body.image_urls()
     elif isinstance(body.prompt, str):
         ctx.prompt_text = body.prompt
         ctx.prompt_ids = model.encode(body.prompt)

@@ -179,7 +179,7 @@ class Pipeline:
         await prepare_prompt(ctx)
         ctx.shaping = shaping_plan(ctx, self.config)
         build_wire_request(ctx)
-        if not ctx.image_urls:
+        if not ctx.media_urls:
             return ctx  # no media stage: no task or timer for a text request
         workers = state.registry.workers(model_id=model.model_id)
         timeout = self.config.request_timeout_s

@@ -143,7 +143,7 @@ def through_the_stages(parsed: Any, model: ModelHandle, route: str) -> None:
     wire = build_wire_request(ctx)
     assert wire.SerializeToString()
     if isinstance(parsed, ChatCompletionRequest):
-        assert all(isinstance(url, str) for url in ctx.image_urls)
+        assert all(isinstance(url, str) for url in ctx.media_urls)
 
 
 @fuzz(700)

@@ -123,7 +123,7 @@ async def test_any_vllm_leg_gets_data_urls_for_every_leg(
     assert [item.url for item in ctx.wire.media_refs.items] == [inline, inline]
     assert origin.state.paths() == ["/a.png"]
     # The selection checks see what is forwarded: data: refs only.
-    assert ctx.image_urls == ["data:image/png;base64,", inline]
+    assert ctx.media_urls == ["data:image/png;base64,", inline]
     assert not ctx.refs_for_tandem_workers_only
 
 
