@@ -59,11 +59,12 @@ def image_messages(seed: int) -> list[dict]:
 
 class ImageServer:
     """``/img/<seed>.png`` serves a seeded picture, a path in ``redirects`` answers 302 to its
-    target; anything else is a 404."""
+    target, a path given to :meth:`serve` its bytes; anything else is a 404."""
 
     def __init__(self) -> None:
         self.hits: Counter[str] = Counter()
         self.redirects: dict[str, str] = {}
+        self.files: dict[str, tuple[str, bytes]] = {}  # path -> (content type, body)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -76,13 +77,15 @@ class ImageServer:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                name = self.path.removeprefix("/img/").removesuffix(".png")
-                if not self.path.startswith("/img/") or not name.isdigit():
-                    self.send_error(404)
-                    return
-                body = png_bytes(int(name))
+                content_type, body = server.files.get(self.path, ("image/png", b""))
+                if not body:
+                    name = self.path.removeprefix("/img/").removesuffix(".png")
+                    if not self.path.startswith("/img/") or not name.isdigit():
+                        self.send_error(404)
+                        return
+                    body = png_bytes(int(name))
                 self.send_response(200)
-                self.send_header("Content-Type", "image/png")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -95,6 +98,11 @@ class ImageServer:
 
     def url(self, seed: int, host: str = "127.0.0.1") -> str:
         return self.path_url(f"/img/{seed}.png", host)
+
+    def serve(self, path: str, body: bytes, content_type: str) -> str:
+        """Answer ``path`` with ``body`` from now on; its URL."""
+        self.files[path] = (content_type, body)
+        return self.path_url(path)
 
     def path_url(self, path: str, host: str = "127.0.0.1") -> str:
         return f"http://{host}:{self.httpd.server_address[1]}{path}"

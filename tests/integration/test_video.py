@@ -7,9 +7,7 @@ Clips are H.264 MP4s of the built-in picture world (``engine/builtin_clips.py``)
 from __future__ import annotations
 
 import base64
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -19,6 +17,7 @@ import pytest
 from tandem.engine.builtin_clips import shape_clip
 from tandem.engine.builtin_shapes import draw
 
+from .image_server import ImageServer
 from .processes import Proc, start_all
 from .wire_helpers import stats
 
@@ -30,47 +29,15 @@ PATHS = ("agg-router", "agg-worker", "pd-router", "pd-worker", "pd-parallel")
 CLIP_DIR_FLAGS = ("--mm-allow-private-media-hosts", "--allowed-local-media-path")
 
 
-class ClipServer:
-    """``GET /<name>.mp4`` on loopback answers the clip registered under that name."""
-
-    def __init__(self) -> None:
-        self.clips: dict[str, bytes] = {}
-        clips = self.clips
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                body = clips.get(self.path.removeprefix("/"))
-                if body is None:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "video/mp4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                return
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def url(self, name: str, clip: bytes) -> str:
-        self.clips[name] = clip
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/{name}"
-
-
 @pytest.fixture(scope="module")
 def clip_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("clips")
 
 
 @pytest.fixture(scope="module")
-def clip_server() -> Iterator[ClipServer]:
-    server = ClipServer()
-    yield server
-    server.httpd.shutdown()
-    server.httpd.server_close()
+def clip_server() -> Iterator[ImageServer]:
+    with ImageServer() as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +220,7 @@ def test_tokenize_counts_the_video_tokens(video) -> None:
 
 @pytest.mark.parametrize("path", ["agg-router", "agg-worker"])
 def test_http_and_file_urls_answer_as_the_data_url(
-    video, clip_server: ClipServer, clip_dir: Path, path: str
+    video, clip_server: ImageServer, clip_dir: Path, path: str
 ) -> None:
     """The same clip as http(s) (loopback, allowed by flag), file:// under
     --allowed-local-media-path and data: URL: the same tokens, on both media paths."""
@@ -261,7 +228,7 @@ def test_http_and_file_urls_answer_as_the_data_url(
     (clip_dir / "yellow.mp4").write_bytes(clip)
     urls = [
         clip_url(clip),
-        clip_server.url("yellow.mp4", clip),
+        clip_server.serve("/yellow.mp4", clip, "video/mp4"),
         (clip_dir / "yellow.mp4").as_uri(),
     ]
     replies = [

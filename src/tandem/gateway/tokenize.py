@@ -30,9 +30,9 @@ from tandem.gateway.api.tokenize_schemas import (
 )
 from tandem.gateway.inbound import HttpInbound
 from tandem.gateway.model import ModelHandle
-from tandem.gateway.multimodal.plan import check_anchors, check_video_anchors, plan_media
 from tandem.gateway.multimodal.process import process_images
 from tandem.gateway.multimodal.videos import process_videos
+from tandem.gateway.pipeline.media import checked_media_plan
 from tandem.gateway.pipeline.prompt import INLINE_PROMPT_CHARS, check_takes_video, render_chat
 from tandem.gateway.pipeline.run import ClientGone
 from tandem.gateway.state import GatewayState
@@ -176,25 +176,9 @@ async def expand_images(
     does.
     """
     config = state.config
-    videos = [url for kind, url in parts if kind == "video"]
-    if model.processor is None:
-        raise make_error(
-            "invalid_multimodal_request", f"model {model.model_id!r} does not take images"
-        )
-    if videos:
-        check_takes_video(model)
     workers = state.registry.workers(model_id=model.model_id)
-    if workers and all(w.language_model_only for w in workers):
-        raise make_error(
-            "multimodal_not_supported",
-            f"image input is not supported by model {model.model_id!r}: its workers run as "
-            "a language model only, without a vision encoder",
-        )
-    plan = plan_media(parts, config.mm_per_request_image_limit, config.mm_per_request_video_limit)
+    plan = checked_media_plan(model, parts, ids, workers, config)
     info = model.info
-    check_anchors(ids, info, len(plan))
-    if info.takes_video:
-        check_video_anchors(ids, info, len(videos))
     timeout = config.request_timeout_s
     slot = await state.admission.acquire(timeout)
     lease = state.pixel_budget.lease()
@@ -203,6 +187,7 @@ async def expand_images(
     try:
         async with asyncio.timeout(timeout):
             if plan.image_urls:
+                assert model.processor is not None  # checked_media_plan refused otherwise
                 processed = await process_images(
                     plan,
                     info,
@@ -214,10 +199,15 @@ async def expand_images(
                 )
                 processed.pixel_values = None  # only the counts are needed
                 image_runs = [[info.image_token_id] * n for n in processed.tokens_per_image]
-            if videos:
+            if plan.video_urls:
                 assert model.video_processor is not None
                 done = await process_videos(
-                    videos, info, model.video_processor, config.media, model.encode, lease=lease
+                    list(plan.video_urls),
+                    info,
+                    model.video_processor,
+                    config.media,
+                    model.encode,
+                    lease=lease,
                 )
                 video_runs = done.batch.replacements
     except TimeoutError:

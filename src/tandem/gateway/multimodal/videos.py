@@ -30,7 +30,6 @@ class ProcessedVideos:
 
     batch: VideoBatch
     hashes: list[str]  # BLAKE3 hex of each video's encoded bytes
-    encoded_bytes: list[int]
     fetch_s: float
     decode_s: float
 
@@ -74,21 +73,22 @@ async def process_videos(
             lease.hold(lease.nbytes + total)
             decoding = lease.split(total - sum(plan.patch_bytes for plan in plans))
         started = time.perf_counter()
-        decoded = await run_in_thread_holding(
+        # Joined in the thread too: several videos' patches are one copy, off the loop.
+        batch = await run_in_thread_holding(
             decoding,
-            lambda: [
-                decode_video(blob, plan, processor) for blob, plan in zip(blobs, plans, strict=True)
-            ],
+            lambda: join_videos(
+                [decode_video(b, p, processor) for b, p in zip(blobs, plans, strict=True)],
+                info,
+                encode,
+            ),
         )
     except MediaError as exc:
         raise media_error_to_tandem(exc) from exc
     except VideoRefused as exc:
         raise make_error("multimodal_processing_failed", f"video refused: {exc}") from exc
-    batch = join_videos(decoded, info, encode)
     return ProcessedVideos(
         batch=batch,
         hashes=hashes,
-        encoded_bytes=[len(blob) for blob in blobs],
         fetch_s=fetch_s,
         decode_s=time.perf_counter() - started,
     )

@@ -19,6 +19,7 @@ from tandem.errors import make_error
 from tandem.gateway import metrics
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
+from tandem.gateway.model import ModelHandle
 from tandem.gateway.multimodal.assemble import expand_and_assemble_detached
 from tandem.gateway.multimodal.assemble_video import expand_and_assemble_media
 from tandem.gateway.multimodal.inline_refs import (
@@ -42,6 +43,41 @@ from tandem.media.budget import ByteLease
 log = logging.getLogger("tandem.gateway.media")
 
 
+def checked_media_plan(
+    model: ModelHandle,
+    parts: Sequence[tuple[str, str]],
+    prompt_ids: Sequence[int],
+    workers: Sequence[Worker],
+    config: GatewayConfig,
+) -> MediaPlan:
+    """The request's media plan after the checks that need no media traffic: the model and
+    its workers take these modalities, the per-request limits, one anchor per item.
+
+    Shared by generation (below) and ``/tokenize``, so both refuse the same requests.
+    """
+    videos = sum(1 for kind, _ in parts if kind == "video")
+    if model.processor is None:
+        raise make_error(
+            "invalid_multimodal_request", f"model {model.model_id!r} does not take images"
+        )
+    if videos:
+        check_takes_video(model)
+    what = "video" if videos == len(parts) else "image and video" if videos else "image"
+    if workers and all(w.language_model_only for w in workers):
+        raise make_error(
+            "multimodal_not_supported",
+            f"{what} input is not supported by model {model.model_id!r}: its workers run as "
+            "a language model only, without a vision encoder",
+        )
+    plan = plan_media(parts, config.mm_per_request_image_limit, config.mm_per_request_video_limit)
+    # A prompt that cannot pair its media with placeholders costs no media traffic, on
+    # either path (400 multimodal_prompt_contract_mismatch).
+    check_anchors(prompt_ids, model.info, len(plan))
+    if model.info.takes_video:
+        check_video_anchors(prompt_ids, model.info, videos)
+    return plan
+
+
 async def prepare_media(
     ctx: RequestContext,
     config: GatewayConfig,
@@ -61,26 +97,7 @@ async def prepare_media(
         return
     model = ctx.model
     parts = list(zip(ctx.media_kinds, ctx.media_urls, strict=True))
-    videos = sum(1 for kind, _ in parts if kind == "video")
-    if model.processor is None:
-        raise make_error(
-            "invalid_multimodal_request", f"model {model.model_id!r} does not take images"
-        )
-    if videos:
-        check_takes_video(model)
-    what = "video" if videos == len(parts) else "image and video" if videos else "image"
-    if workers and all(w.language_model_only for w in workers):
-        raise make_error(
-            "multimodal_not_supported",
-            f"{what} input is not supported by model {model.model_id!r}: its workers run as "
-            "a language model only, without a vision encoder",
-        )
-    plan = plan_media(parts, config.mm_per_request_image_limit, config.mm_per_request_video_limit)
-    # A prompt that cannot pair its media with placeholders costs no media traffic, on
-    # either path (400 multimodal_prompt_contract_mismatch).
-    check_anchors(ctx.prompt_ids, model.info, len(plan))
-    if model.info.takes_video:
-        check_video_anchors(ctx.prompt_ids, model.info, videos)
+    plan = checked_media_plan(model, parts, ctx.prompt_ids, workers, config)
     decision = choose_mm_path(
         config.mm_processing,
         forwardable=plan.forwardable,
@@ -105,13 +122,14 @@ async def prepare_media(
         return
     images = None
     if plan.image_urls:
+        assert model.processor is not None  # checked_media_plan refused otherwise
         images = await process_images(
             plan, model.info, model.processor, config.media, lease=lease, pool=pool, cache=cache
         )
         metrics.MEDIA_FETCH_SECONDS.observe(images.timings.fetch_s + images.timings.decode_s)
         metrics.MEDIA_PREPROCESS_SECONDS.observe(images.timings.preprocess_s)
-    if videos:
-        assert model.video_processor is not None
+    if plan.video_urls:
+        assert model.video_processor is not None  # checked_media_plan refused otherwise
         processed = await process_videos(
             list(plan.video_urls),
             model.info,
