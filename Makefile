@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test test-vllm lint install clean
+.PHONY: serve test test-unit test-vllm lint install clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ install: $(STAMP)
 test: $(STAMP)
 	.ci/ensure-postgres
 	$(PY) -m pytest -q
+
+# The fast loop: unit tests that load no trained model, start no other process and run
+# no long property-based suite (about a minute on 2 cores; `make test` runs them all).
+test-unit: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit -m "not weights and not processes and not fuzz"
 
 # Compatibility lane: Tandem's gateway in front of real vLLM CPU workers, and smg (the
 # reference gateway) in front of Tandem's workers. vLLM and smg live in their own virtualenvs

@@ -48,16 +48,21 @@ def model_cache() -> Path:
     """A cache dir holding both built-in models; child processes inherit it via the env.
 
     The user's model cache (``make serve`` uses the same one) unless TANDEM_TEST_CACHE_DIR
-    names another: generating a model trains it for about two minutes, and the cache is
-    keyed by content (engine/builtin.py), so a session only reuses checkpoints that the
-    generator of this very checkout would write.
+    names another (``.ci/run`` gives an empty one). Generating a checkpoint copies the
+    shipped weights (engine/builtin_shipped.py) and takes about a second; it never trains,
+    so nothing slow runs inside the first test's timeout. Stale shipped weights fail every
+    test that needs a model at once, with the command that retrains them.
     """
     from tandem.engine.builtin import default_cache_root, generate_builtin
+    from tandem.engine.builtin_shipped import StaleWeightsError
 
     root = Path(os.environ.get("TANDEM_TEST_CACHE_DIR") or default_cache_root())
     os.environ["TANDEM_CACHE_DIR"] = str(root)
     for name in ("tiny-qwen3-vl", "tiny-llava-1.5"):
-        generate_builtin(name, root)
+        try:
+            generate_builtin(name, root)
+        except StaleWeightsError as exc:
+            pytest.fail(f"preparing the built-in model {name}: {exc}", pytrace=False)
     return root
 
 

@@ -1,9 +1,10 @@
-"""`tandem worker | gateway | serve`: argument parsing only; each command lives in its package."""
+"""`tandem serve | worker | gateway | models`: parsing only; each command lives in its package."""
 
 from __future__ import annotations
 
 import argparse
 
+from tandem.engine.builtin_cli import add_models_parser
 from tandem.gateway.cli import add_gateway_parser
 from tandem.parent_watch import follow_parent
 from tandem.serve import add_serve_parser
@@ -16,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(commands)
     add_worker_parser(commands)
     add_gateway_parser(commands)
+    add_models_parser(commands)
     return parser
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 
+from tandem.ascii_int import ascii_int
+
 # Characters a host name may hold; anything else (spaces, "/", "@", "?") is a typo or a URL.
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
 
@@ -84,9 +86,10 @@ def split_host_port(text: str) -> tuple[str, int]:
         check_host(host, "address")
     if not host:
         raise ValueError(f"address {text!r} has no host")
-    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
+    port = ascii_int(port_text)
+    if port is None or not 0 < port < 65536:
         raise ValueError(f"address {text!r}: the port must be a number in 1..65535")
-    return host, int(port_text)
+    return host, port
 
 
 def split_url(url: str, scheme: str) -> tuple[str, int]:

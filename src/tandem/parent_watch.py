@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 
+from tandem.ascii_int import ascii_int
+
 PARENT_ENV = "TANDEM_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
 _POLL_S = 1.0
@@ -27,10 +29,9 @@ log = logging.getLogger("tandem")
 def follow_parent() -> None:
     """Arrange a SIGTERM for this process when the parent named in the environment ends."""
     # Popped, so that anything this process starts in turn does not follow our parent.
-    raw = os.environ.pop(PARENT_ENV, "")
-    if not raw.isdigit():
+    parent = ascii_int(os.environ.pop(PARENT_ENV, ""))
+    if parent is None:
         return
-    parent = int(raw)
     if not _ask_kernel():
         threading.Thread(target=_poll, args=(parent,), name="parent-watch", daemon=True).start()
     # The parent may have died before we asked: the kernel only reports later deaths.

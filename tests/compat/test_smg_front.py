@@ -50,7 +50,7 @@ from .smg_front_procs import (
 pytestmark = [pytest.mark.compat, pytest.mark.slow]
 
 QWEN, LLAVA = "tiny-qwen3-vl", "tiny-llava-1.5"
-MAX_TOKENS = 8  # the tiny models never emit EOS greedily: every reply ends on "length"
+MAX_TOKENS = 8  # with ignore_eos (smg passes it on), every reply ends on "length"
 TEXT = "What is in this picture?"
 SMG_DEFAULT_PATCH = 14  # smg's LLaVA patch size when preprocessor_config.json has none
 
@@ -96,6 +96,7 @@ class Front:
             max_tokens=MAX_TOKENS,
             temperature=0,
             stream=stream,
+            extra_body={"ignore_eos": True},
             **extra,
         )
 

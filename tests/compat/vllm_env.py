@@ -18,7 +18,9 @@ What the install needs beyond ``pip install`` (each step is idempotent and expla
 * ``smg-grpc-servicer`` is installed without its ``[vllm]`` extra, which would pull a CUDA
   vLLM and torch.
 
-Run ``python -m tests.compat.vllm_env`` to build it and print the ``vllm`` executable.
+Run ``python -m tests.compat.vllm_env`` to build it and print the ``vllm`` executable;
+``make test-vllm`` does, and installs smg's own venv (``bench.procs.ensure_smg``) too, so
+that no one-time install runs inside a test's timeout.
 """
 
 from __future__ import annotations
@@ -113,4 +115,7 @@ def _add_vllm_metadata() -> None:
 
 
 if __name__ == "__main__":
+    from bench.procs import ensure_smg
+
     print(ensure_vllm_venv())
+    print(ensure_smg())

@@ -141,7 +141,11 @@ class Engines:
             while True:
                 try:
                     reply = client.chat.completions.create(
-                        model=self.model, messages=warm_up, max_tokens=2, temperature=0
+                        model=self.model,
+                        messages=warm_up,
+                        max_tokens=2,
+                        temperature=0,
+                        extra_body={"ignore_eos": True},  # "length" means it ran to the end
                     )
                 except openai.APIError as err:  # a vLLM-side failure: the next try may pass
                     last = str(err)

@@ -164,7 +164,13 @@ def test_worker_admin_api(stack) -> None:
 
 
 def test_models_health_metrics(stack) -> None:
-    assert [m.id for m in client(stack["router"]).models.list()] == [MODEL]
+    api = client(stack["router"])
+    listed = api.models.list().data
+    assert [m.id for m in listed] == [MODEL] and listed[0].created > 1_700_000_000
+    assert api.models.retrieve(MODEL) == listed[0]  # the openai SDK's GET /v1/models/{id}
+    with pytest.raises(openai.NotFoundError) as missing:
+        api.models.retrieve("no-such-model")
+    assert missing.value.body["code"] == "model_not_found"
     base = stack["router"].address
     assert httpx.get(f"{base}/health").status_code == 200
     metrics = httpx.get(f"{base}/metrics").text

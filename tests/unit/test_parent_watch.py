@@ -19,6 +19,8 @@ import pytest
 
 from tandem.parent_watch import PARENT_ENV
 
+pytestmark = pytest.mark.processes  # each test starts a parent and a follower
+
 # The grandchild: follow the parent, say so, then sleep far longer than the test waits.
 GRANDCHILD = textwrap.dedent(
     """

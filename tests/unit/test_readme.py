@@ -45,14 +45,20 @@ def _commands() -> dict[str, argparse.ArgumentParser]:
     return dict(commands.choices)
 
 
+def _flags(parser: argparse.ArgumentParser) -> list[str]:
+    """A command's flags, those of its own subcommands (`tandem models train`) included."""
+    flags = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags += _flags(sub)
+        flags += [o for o in action.option_strings if o.startswith("--") and o != "--help"]
+    return flags
+
+
 @pytest.mark.parametrize("command", sorted(_commands()))
 def test_every_flag_is_documented(command: str) -> None:
-    flags = [
-        option
-        for action in _commands()[command]._actions
-        for option in action.option_strings
-        if option.startswith("--") and option != "--help"
-    ]
+    flags = _flags(_commands()[command])
     missing = [flag for flag in flags if f"`{flag}" not in README and f" {flag}" not in README]
     assert flags and not missing, missing
 

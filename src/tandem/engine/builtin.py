@@ -1,17 +1,17 @@
-"""Built-in tiny models, generated offline on first use and cached on disk.
+"""Built-in tiny models: checkpoint directories written on first use and cached on disk.
 
 A built-in name resolves to an ordinary Hugging Face checkpoint directory under
 ``$TANDEM_CACHE_DIR`` (default ``~/.cache/tandem/models``) named
-``<name>-<content key>``; a changed generator changes the key, so stale
-directories are never reused. Generation writes into a temporary directory
-beside the target and renames it into place, so readers never see a partial
-checkpoint. Generating weights trains the model (engine/builtin_training.py, about
-two minutes), so processes that need the same checkpoint at once take a lock file and
-all but the first wait for its result instead of training it again.
+``<name>-<content key>-<weights digest>``; a changed generator or re-shipped weights change
+the name, so stale directories are never reused. The config, tokenizer, template and
+processor files are written by code; the weights are the trained ones shipped in the
+package (engine/builtin_shipped.py), copied in, so first use takes a second and every
+machine serves the same weights. Training happens only when asked for
+(:func:`train_checkpoint`, ``tandem models train``). Generation writes into a temporary
+directory beside the target and renames it into place, so readers never see a partial
+checkpoint; processes that generate the same checkpoint at once take a lock file.
 
-This module imports torch only when weights are written, so a torch-free
-gateway can still resolve the tokenizer, template and processor files
-(``weights=False``).
+No torch is needed to resolve or generate a checkpoint; only training imports it.
 """
 
 from __future__ import annotations
@@ -23,12 +23,16 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Literal
 
+from tandem.engine.builtin_shipped import StaleWeightsError, copy_shipped_weights, shipped_weights
 from tandem.engine.builtin_specs import BUILTIN_SPECS, BuiltinSpec
 from tandem.engine.builtin_tokenizer import write_tokenizer_files
 
 BUILTIN_MODELS: tuple[str, ...] = tuple(BUILTIN_SPECS)
 MARKER_FILE = "tandem-builtin.json"
+# Where a generated checkpoint's weights come from: none, the package, or training.
+WeightSource = Literal["none", "shipped", "train"]
 
 
 class UnknownModelError(ValueError):
@@ -45,16 +49,19 @@ def default_cache_root() -> Path:
 
 
 def builtin_dir(name: str, cache_root: Path, weights: bool = True) -> Path:
+    """Where ``name``'s checkpoint lives in ``cache_root``; with weights, the name carries
+    the shipped weights' digest (a :class:`StaleWeightsError` when they do not fit)."""
     spec = _spec(name)
-    suffix = "" if weights else "-noweights"
+    suffix = f"-{shipped_weights(spec).sha256[:8]}" if weights else "-noweights"
     return Path(cache_root) / f"{spec.name}-{spec.content_key()}{suffix}"
 
 
 def generate_builtin(name: str, cache_root: Path | None = None, weights: bool = True) -> Path:
     """Return the directory of a built-in model, generating it first if missing.
 
-    With ``weights=False`` the checkpoint lacks model.safetensors (and needs no
-    torch); all other files are byte-identical to the full one.
+    With ``weights=False`` the checkpoint lacks model.safetensors; all other files are
+    byte-identical to the full one. Raises :class:`StaleWeightsError` (naming the command
+    that fixes it) when the shipped weights were trained on another recipe.
     """
     spec = _spec(name)
     root = Path(cache_root) if cache_root is not None else default_cache_root()
@@ -65,11 +72,25 @@ def generate_builtin(name: str, cache_root: Path | None = None, weights: bool = 
     with open(root / f".{target.name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, even on a crash
         if not (target / MARKER_FILE).exists():  # another process may have made it meanwhile
-            _generate(spec, root, target, weights)
+            _generate(spec, root, target, "shipped" if weights else "none")
     return target
 
 
-def _generate(spec: BuiltinSpec, root: Path, target: Path, weights: bool) -> None:
+def train_checkpoint(name: str, out: Path) -> Path:
+    """Train ``name`` from its seed on its recipe into a new checkpoint directory ``out``
+    (minutes, with a progress bar; needs torch). ``ship_weights`` makes it the shipped one."""
+    spec = _spec(name)
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not empty")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():
+        out.rmdir()
+    _generate(spec, out.parent, out, "train")
+    return out
+
+
+def _generate(spec: BuiltinSpec, root: Path, target: Path, weights: WeightSource) -> None:
     name = spec.name
     print(f"tandem: generating built-in model {name} in {target} ...", file=sys.stderr, flush=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=root))
@@ -96,8 +117,10 @@ def resolve_model(
     name = str(name_or_path)
     if is_builtin(name):
         root = Path(cache_root) if cache_root is not None else default_cache_root()
-        if not weights and (builtin_dir(name, root) / MARKER_FILE).exists():
-            return builtin_dir(name, root)
+        if not weights:
+            full = _existing_full_dir(name, root)
+            if full is not None:
+                return full
         return generate_builtin(name, root, weights)
     path = Path(name).expanduser()
     if path.is_dir() and (path / "config.json").is_file():
@@ -106,6 +129,14 @@ def resolve_model(
         f"model {name!r} is neither a built-in model ({', '.join(BUILTIN_MODELS)}) "
         "nor a directory holding a Hugging Face checkpoint (config.json)"
     )
+
+
+def _existing_full_dir(name: str, root: Path) -> Path | None:
+    try:
+        full = builtin_dir(name, root)
+    except StaleWeightsError:
+        return None  # weightless files need no weights: stale ones do not matter here
+    return full if (full / MARKER_FILE).exists() else None
 
 
 def _spec(name: str) -> BuiltinSpec:
@@ -117,7 +148,7 @@ def _spec(name: str) -> BuiltinSpec:
         ) from None
 
 
-def _write_checkpoint(directory: Path, spec: BuiltinSpec, weights: bool) -> None:
+def _write_checkpoint(directory: Path, spec: BuiltinSpec, weights: WeightSource) -> None:
     _write_config(directory, spec)
     # Tokenizer and processor files first: training renders its examples with them.
     write_tokenizer_files(directory, spec)
@@ -126,13 +157,15 @@ def _write_checkpoint(directory: Path, spec: BuiltinSpec, weights: bool) -> None
         _write_json(directory / "processor_config.json", spec.processor_config)
     if spec.video_preprocessor_config is not None:
         _write_json(directory / "video_preprocessor_config.json", spec.video_preprocessor_config)
-    if weights:
-        # Imported here so that resolving without weights never loads torch.
+    if weights == "shipped":
+        copy_shipped_weights(directory, spec)
+    elif weights == "train":
+        # Imported here so that everything but training stays torch-free.
         try:
             from tandem.engine.builtin_weights import write_weights
         except ImportError as exc:
             raise RuntimeError(
-                f"generating the weights of {spec.name} needs torch (the 'engine' extra)"
+                f"training the weights of {spec.name} needs torch (the 'engine' extra)"
             ) from exc
         write_weights(directory, spec)
     marker = {"name": spec.name, "key": spec.content_key(), "weights": weights}

@@ -26,6 +26,7 @@ from tandem.gateway.api.responses import error_response, json_response
 from tandem.gateway.api.schemas import parse_chat_request, parse_completion_request
 from tandem.gateway.api.sse import sse_response
 from tandem.gateway.inbound import HttpInbound
+from tandem.gateway.model import ModelHandle
 from tandem.gateway.openapi import openapi_document
 from tandem.gateway.pipeline.run import Answered, Failed, Gone, Outcome, Pipeline
 from tandem.gateway.responses.service import ResponsesService
@@ -66,12 +67,15 @@ def build_app(state: GatewayState) -> Starlette:
 
     async def models(request: Request) -> Response:
         model = await state.ensure_model()
-        data = []
-        if model is not None:
-            data.append(
-                {"id": model.model_id, "object": "model", "owned_by": "tandem", "created": 0}
-            )
+        data = [model_card(model)] if model is not None else []
         return json_response({"object": "list", "data": data})
+
+    async def retrieve_model(request: Request) -> Response:
+        model = await state.ensure_model()
+        wanted = request.path_params["model_id"]
+        if model is None or wanted != model.model_id:
+            raise make_error("model_not_found", f"the model {wanted!r} does not exist")
+        return json_response(model_card(model))
 
     async def health(request: Request) -> Response:
         available = state.registry.available()
@@ -105,6 +109,8 @@ def build_app(state: GatewayState) -> Starlette:
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
         Route("/v1/models", models, methods=["GET"]),
+        # {model_id:path}: served names may hold slashes ("org/model"), as vLLM's do.
+        Route("/v1/models/{model_id:path}", retrieve_model, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
@@ -116,6 +122,20 @@ def build_app(state: GatewayState) -> Starlette:
         exception_handlers={404: not_found, TandemError: coded},
         middleware=access_middleware(state.config),  # API keys: gateway/auth.py
     )
+
+
+def model_card(model: ModelHandle) -> dict[str, Any]:
+    """A model as /v1/models lists it (OpenAI's fields, and vLLM's max_model_len)."""
+    card: dict[str, Any] = {
+        "id": model.model_id,
+        "object": "model",
+        "created": model.created,
+        "owned_by": "tandem",
+        "root": model.model_id,
+    }
+    if model.info.max_context:
+        card["max_model_len"] = model.info.max_context
+    return card
 
 
 def render(outcome: Outcome) -> Response | ReleaseAfter:

@@ -9,6 +9,7 @@ from typing import TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 
+from tandem.ascii_int import ascii_int
 from tandem.errors import make_error
 from tandem.gateway.access_control import tenant_of
 from tandem.gateway.pipeline.run import ClientGone
@@ -26,8 +27,7 @@ class HttpInbound:
 
     @property
     def declared_length(self) -> int | None:
-        declared = self.request.headers.get("content-length")
-        return int(declared) if declared and declared.isdigit() else None
+        return ascii_int(self.request.headers.get("content-length"))
 
     async def read_body(self, limit: int) -> bytes:
         """The request body, refused with 413 as soon as it passes ``limit`` bytes."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import logging
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +36,12 @@ class ModelHandle:
     video_processor: QwenVideoProcessor | None = None
     # Token texts and bytes for logprobs, cached for the model's lifetime.
     token_strings: TokenStrings = field(init=False)
+    # When this gateway loaded the model (Unix seconds): /v1/models' "created".
+    created: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.token_strings = TokenStrings(self.tokenizer)
+        self.created = int(time.time())
 
     @classmethod
     def from_dir(cls, model_dir: Path, model_id: str) -> ModelHandle:

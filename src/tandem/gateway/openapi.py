@@ -142,6 +142,7 @@ def openapi_document(model_id: str | None, version: str) -> dict[str, Any]:
             "/v1/responses": _generation("Create a response", "ResponsesRequest"),
             **_stored_response_paths(),
             "/v1/models": _get("The served model", any_object),
+            "/v1/models/{model_id}": _model_path(any_object),
             "/health": _get("Healthy: workers available", any_object, unavailable),
             "/metrics": _get("Prometheus metrics", {"text/plain": {"schema": {"type": "string"}}}),
             **_tokenizer_paths(),
@@ -201,6 +202,19 @@ def _tokenizer_paths() -> dict[str, Any]:
         paths[f"{prefix}/tokenize"] = tokenize
         paths[f"{prefix}/detokenize"] = detokenize
     return paths
+
+
+def _model_path(content: dict[str, Any]) -> dict[str, Any]:
+    """GET of one model by its id (the openai SDK's ``models.retrieve``)."""
+    path = _get("One served model", content)
+    path["get"]["parameters"] = [
+        {"name": "model_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    ]
+    path["get"]["responses"]["404"] = {
+        "description": "No such model",
+        "content": _json({"$ref": _REF.format(model="Error")}),
+    }
+    return path
 
 
 def _stored_response_paths() -> dict[str, Any]:

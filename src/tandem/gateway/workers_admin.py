@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tandem.ascii_int import ascii_int
 from tandem.errors import TandemError, make_error
 from tandem.gateway.api.responses import error_response, json_response
 from tandem.gateway.state import GatewayState
@@ -104,9 +105,9 @@ async def _json_object(request: Request) -> dict[str, Any]:
 
 async def _bounded_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 past ``limit`` bytes (declared or streamed)."""
-    declared = request.headers.get("content-length", "")
+    declared = ascii_int(request.headers.get("content-length"))
     too_large = make_error("payload_too_large", f"admin request body is over {limit} bytes")
-    if declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared > limit:
         raise too_large
     chunks, size = [], 0
     async for chunk in request.stream():

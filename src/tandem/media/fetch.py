@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import httpx
 
+from tandem.ascii_int import ascii_int
 from tandem.media.errors import MediaFetchFailed, MediaRefused, MediaTooLarge, describe_url
 from tandem.media.guard import Resolver, VettedURL, check_scheme, check_url
 from tandem.media.inline import check_data_url, parse_data_url
@@ -183,8 +184,8 @@ async def _read_body(
             f"origin sent Content-Encoding {encoding[:40]!r} for {shown!r}; only identity is "
             "accepted"
         )
-    declared = response.headers.get("content-length", "").strip()
-    if declared.isdigit() and int(declared) > policy.max_bytes:
+    declared = ascii_int(response.headers.get("content-length", "").strip())
+    if declared is not None and declared > policy.max_bytes:
         raise MediaTooLarge(
             f"{shown!r} declares {declared} bytes, over the {policy.max_bytes}-byte limit"
         )

@@ -123,14 +123,14 @@ def _port_taken(port: int) -> bool:
 
 
 def _prepare_model(name: str) -> tuple[str, Path]:
-    """Generate or find the model here, once, so that children never generate it together.
+    """Write or find the model here, once, so that children never write it together.
 
     Returns what the children get (a built-in name keeps its served name; a path is made
     absolute) and the checkpoint directory.
     """
     from tandem.engine.builtin import is_builtin, resolve_model
 
-    model_dir = resolve_model(name)  # prints a progress line when it generates
+    model_dir = resolve_model(name)  # prints a line when it writes the checkpoint
     return (name if is_builtin(name) else str(model_dir)), model_dir
 
 
@@ -205,10 +205,11 @@ def run_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         from tandem.engine.builtin import UnknownModelError, default_cache_root
+        from tandem.engine.builtin_shipped import StaleWeightsError
 
         try:
             model, model_dir = _prepare_model(args.model)
-        except UnknownModelError as exc:
+        except (UnknownModelError, StaleWeightsError) as exc:
             print(f"tandem serve: {exc}", file=sys.stderr)
             return 2
         plan = Plan(

@@ -28,6 +28,11 @@ log = logging.getLogger("tandem.wire.shm")
 SHM_DIR = Path("/dev/shm")
 SEGMENT_PREFIX = "tandem-"
 _SEGMENT_NAME = re.compile(r"^tandem-(\d+)-(\d+)-(\d+)$")
+# What a worker agrees to read (and then remove): Tandem's segments, and smg's
+# (``smg-<runtime>-<pid>-<nanos>-<seq>``, docs/pd-contract.md §17a). Any other name in
+# /dev/shm belongs to someone else (vLLM's ``psm_*``, a database's): a handle cannot
+# make a worker read or delete it.
+_READABLE_NAME = re.compile(r"^(?:tandem-\d+-\d+-\d+|smg-[a-z0-9]+-\d+-\d+-\d+)$")
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 # O_NONBLOCK: a handle naming a FIFO must fail the regular-file check, not block the open.
@@ -66,10 +71,16 @@ def pid_namespace() -> int:
 
 
 def validated_name(name: str) -> str:
-    """The segment name of a handle, refused unless it is one plain file name."""
+    """The segment name of a handle, refused unless it is one plain file name that a
+    Tandem or smg writer would have made."""
     bare = name.lstrip("/")
     if not bare or "/" in bare or bare in (".", "..") or "\x00" in bare:
         raise ShmError(f"invalid TensorData.shm name {name!r}: expected one file name")
+    if not _READABLE_NAME.match(bare):
+        raise ShmError(
+            f"TensorData.shm name {name[:80]!r} is not a gateway's tensor segment "
+            "(tandem-<pid>-<ns>-<seq> or smg-<runtime>-<pid>-<nanos>-<seq>); refusing it"
+        )
     return bare
 
 
@@ -86,10 +97,11 @@ def unlink_quietly(path: Path) -> None:
 def read_segment(handle: common.ShmHandle, shm_dir: Path = SHM_DIR) -> bytes:
     """Exactly ``handle.nbytes`` bytes at ``handle.offset`` of the segment, then unlink it.
 
-    Refused (``ShmError``): a bad name, a symlink (``O_NOFOLLOW``), anything but a regular
-    file, a segment shorter than ``offset + nbytes``, and any OS error (not found, not
-    permitted: the writer is not on this host, or runs as another user). Only a segment
-    that was opened as a regular file is unlinked.
+    Refused (``ShmError``): a name no gateway writes, a symlink (``O_NOFOLLOW``), anything
+    but a regular file, a file another user owns, a segment shorter than
+    ``offset + nbytes``, and any OS error (not found, not permitted: the writer is not on
+    this host, or runs as another user). A refused segment is left where it is: only one
+    read whole is unlinked.
     """
     name = validated_name(handle.name)
     path = shm_dir / name
@@ -104,12 +116,12 @@ def read_segment(handle: common.ShmHandle, shm_dir: Path = SHM_DIR) -> bytes:
             "shared-memory tensors need the gateway on the same host and /dev/shm "
             "(--multimodal-tensor-transport auto checks that)"
         ) from None
-    regular = False
     try:
         info = os.fstat(fd)
-        regular = stat.S_ISREG(info.st_mode)
-        if not regular:
+        if not stat.S_ISREG(info.st_mode):
             raise ShmError(f"TensorData.shm {name!r} is not a regular file")
+        if info.st_uid != os.geteuid():
+            raise ShmError(f"TensorData.shm {name!r} belongs to another user; refusing it")
         if offset + nbytes > info.st_size:
             raise ShmError(
                 f"TensorData.shm {name!r} holds {info.st_size} bytes; the handle asks for "
@@ -119,12 +131,11 @@ def read_segment(handle: common.ShmHandle, shm_dir: Path = SHM_DIR) -> bytes:
             data = os.pread(fd, nbytes, offset)
         except OSError as exc:
             raise ShmError(f"TensorData.shm {name!r} could not be read: {exc.strerror}") from None
+        if len(data) != nbytes:
+            raise ShmError(f"TensorData.shm {name!r}: short read of {len(data)} of {nbytes} bytes")
     finally:
         os.close(fd)
-        if regular:
-            unlink_quietly(path)
-    if len(data) != nbytes:
-        raise ShmError(f"TensorData.shm {name!r}: short read of {len(data)} of {nbytes} bytes")
+    unlink_quietly(path)  # read whole: the segment was meant for this one read
     return data
 
 

@@ -38,7 +38,7 @@ from tandem.worker.inputs import LMO_REASON, prompt_ids, sampling_config, wire_m
 from tandem.worker.kv_channel import KvChannelClient
 from tandem.worker.logprob_wire import output_logprobs
 from tandem.worker.media_refs import MediaRefsProcessor, build_media_identity
-from tandem.worker.output_plan import plan_outputs
+from tandem.worker.output_plan import CompilerSaturated, plan_outputs
 
 log = logging.getLogger("tandem.worker")
 
@@ -121,11 +121,11 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
             if handoff.wants_import(params):
                 remote = handoff.RemoteKv.from_params(params)
             return await self._build(request, rid, params, remote)
-        except (ValueError, MediaError) as exc:
+        except (ValueError, MediaError, CompilerSaturated) as exc:
             if remote is not None:
                 # This decode leg will never pull: free the prefill's KV now, not at lease end.
                 await handoff.release_quietly(self.kv_client, remote)
-            retry = isinstance(exc, MediaError) and exc.retryable
+            retry = isinstance(exc, MediaError | CompilerSaturated) and exc.retryable
             status = grpc.StatusCode.UNAVAILABLE if retry else grpc.StatusCode.INVALID_ARGUMENT
             code = exc.code if isinstance(exc, MediaError | RefusedField) else ""
             raise RequestRefused(status, str(exc), code) from None

@@ -20,7 +20,9 @@ from tandem.engine.builtin import (
     builtin_dir,
     generate_builtin,
     resolve_model,
+    train_checkpoint,
 )
+from tandem.engine.builtin_shipped import StaleWeightsError, shipped_weights
 from tandem.engine.builtin_specs import BUILTIN_SPECS
 
 EXPECTED_FILES = {
@@ -80,7 +82,8 @@ def _short_training(monkeypatch: pytest.MonkeyPatch, steps: int = 3) -> None:
     monkeypatch.setitem(BUILTIN_SPECS, "tiny-qwen3-vl", short)
 
 
-def test_generation_trains_with_progress_and_is_deterministic(
+@pytest.mark.weights  # trains (3 steps)
+def test_training_shows_progress_and_is_deterministic(
     builtin_dirs: dict[str, Path],
     tmp_path: Path,
     capfd: pytest.CaptureFixture[str],
@@ -88,12 +91,12 @@ def test_generation_trains_with_progress_and_is_deterministic(
 ) -> None:
     _short_training(monkeypatch)
     threads = torch.get_num_threads()
-    first = generate_builtin("tiny-qwen3-vl", tmp_path / "a")
+    first = train_checkpoint("tiny-qwen3-vl", tmp_path / "a")
     err = capfd.readouterr().err
     assert err.startswith("tandem: generating built-in model tiny-qwen3-vl in ")
     assert "tandem: training tiny-qwen3-vl" in err and "3/3" in err  # the progress bar
     assert torch.get_num_threads() == threads  # training's fixed thread count is undone
-    second = generate_builtin("tiny-qwen3-vl", tmp_path / "b")
+    second = train_checkpoint("tiny-qwen3-vl", tmp_path / "b")
     for file in sorted(EXPECTED_FILES - {MARKER_FILE}):
         assert _digest(first / file) == _digest(second / file), file
     # Same files as the session's checkpoint but the weights, which saw 3 steps only.
@@ -101,16 +104,29 @@ def test_generation_trains_with_progress_and_is_deterministic(
     for file in sorted(EXPECTED_FILES - {MARKER_FILE, "model.safetensors"}):
         assert _digest(first / file) == _digest(reference / file), file
     assert _digest(first / "model.safetensors") != _digest(reference / "model.safetensors")
+    with pytest.raises(FileExistsError):
+        train_checkpoint("tiny-qwen3-vl", tmp_path / "a")
 
 
+@pytest.mark.weights  # trains (1 step)
 def test_training_changes_the_weights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _short_training(monkeypatch, steps=1)
-    trained = load_file(str(generate_builtin("tiny-qwen3-vl", tmp_path / "one") / _WEIGHTS))
+    trained = load_file(str(train_checkpoint("tiny-qwen3-vl", tmp_path / "one") / _WEIGHTS))
     _short_training(monkeypatch, steps=0)
-    initial = load_file(str(generate_builtin("tiny-qwen3-vl", tmp_path / "zero") / _WEIGHTS))
+    initial = load_file(str(train_checkpoint("tiny-qwen3-vl", tmp_path / "zero") / _WEIGHTS))
     assert trained.keys() == initial.keys()
     changed = [k for k in trained if not torch.equal(trained[k], initial[k])]
     assert len(changed) > len(trained) // 2  # one AdamW step moves nearly every tensor
+
+
+def test_generation_copies_the_shipped_weights(
+    builtin_dirs: dict[str, Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    for name, directory in builtin_dirs.items():
+        shipped = shipped_weights(BUILTIN_SPECS[name])
+        assert _digest(directory / _WEIGHTS) == shipped.sha256
+        assert directory.name.endswith(shipped.sha256[:8])  # re-shipped weights: a new dir
+    assert "training" not in capfd.readouterr().err
 
 
 def test_weightless_variant_is_torch_free_and_identical(
@@ -129,9 +145,12 @@ def test_weightless_variant_is_torch_free_and_identical(
 def test_changed_spec_gets_a_new_directory(
     builtin_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    before = builtin_dir("tiny-qwen3-vl", builtin_cache)
+    before = builtin_dir("tiny-qwen3-vl", builtin_cache, weights=False)
     monkeypatch.setattr("tandem.engine.builtin_specs.GENERATOR_VERSION", 10**6)
-    assert builtin_dir("tiny-qwen3-vl", builtin_cache) != before
+    assert builtin_dir("tiny-qwen3-vl", builtin_cache, weights=False) != before
+    # The shipped weights were trained by the old generator: no directory for them now.
+    with pytest.raises(StaleWeightsError):
+        builtin_dir("tiny-qwen3-vl", builtin_cache)
 
 
 def test_failed_generation_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

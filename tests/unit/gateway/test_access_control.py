@@ -35,10 +35,12 @@ def code_of(response: httpx.Response) -> str:
 
 
 async def test_api_key_guards_v1_and_names_the_tenant(
-    qwen_dir: Path, caplog: pytest.LogCaptureFixture
+    qwen_meta_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     state, _ = make_gateway(
-        qwen_dir, api_key="plain-secret", tenant_api_keys=[parse_tenant_key("acme:acme-secret")]
+        qwen_meta_dir,
+        api_key="plain-secret",
+        tenant_api_keys=[parse_tenant_key("acme:acme-secret")],
     )
     async with client(state) as http:
         for headers in ({}, bearer("wrong"), {"Authorization": "Basic plain-secret"}):
@@ -61,8 +63,8 @@ async def test_api_key_guards_v1_and_names_the_tenant(
         assert (await http.get("/openapi.json")).status_code == 200
 
 
-async def test_control_plane_roles(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir, host="0.0.0.0", control_plane_api_keys=[ADMIN, USER])
+async def test_control_plane_roles(qwen_meta_dir: Path) -> None:
+    state, _ = make_gateway(qwen_meta_dir, host="0.0.0.0", control_plane_api_keys=[ADMIN, USER])
     async with remote_client(state) as http:
         assert (await http.get("/workers", headers=bearer("user-secret"))).status_code == 200
         assert (await http.get("/workers", headers=bearer("admin-secret"))).status_code == 200
@@ -86,9 +88,9 @@ async def test_control_plane_roles(qwen_dir: Path) -> None:
 
 
 async def test_without_keys_only_loopback_clients_of_a_loopback_gateway(
-    qwen_dir: Path, caplog: pytest.LogCaptureFixture
+    qwen_meta_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    state, _ = make_gateway(qwen_dir)
+    state, _ = make_gateway(qwen_meta_dir)
     async with client(state) as http:  # peer 127.0.0.1
         assert (await http.get("/workers")).status_code == 200
     async with remote_client(state) as http:
@@ -97,7 +99,7 @@ async def test_without_keys_only_loopback_clients_of_a_loopback_gateway(
         assert (await http.post(CHAT, json=chat_body())).status_code == 200  # no --api-key
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
-    exposed, _ = make_gateway(qwen_dir, host="0.0.0.0")
+    exposed, _ = make_gateway(qwen_meta_dir, host="0.0.0.0")
     with caplog.at_level(logging.WARNING, logger="tandem.gateway"):
         http = client(exposed)  # builds the app: the start-up warning
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -126,8 +128,8 @@ async def _chunks(total: int) -> AsyncIterator[bytes]:
         (b"{" + b" " * 5000 + b"}", 413),  # declared Content-Length over the limit
     ],
 )
-async def test_admin_body_checks(qwen_dir: Path, content: bytes, status: int) -> None:
-    state, _ = make_gateway(qwen_dir)
+async def test_admin_body_checks(qwen_meta_dir: Path, content: bytes, status: int) -> None:
+    state, _ = make_gateway(qwen_meta_dir)
     async with client(state) as http:
         answer = await http.post("/workers", content=content)
     assert answer.status_code == status, answer.text
@@ -135,8 +137,8 @@ async def test_admin_body_checks(qwen_dir: Path, content: bytes, status: int) ->
     assert len(state.registry) == 0
 
 
-async def test_admin_body_streamed_past_the_limit_is_413(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir)
+async def test_admin_body_streamed_past_the_limit_is_413(qwen_meta_dir: Path) -> None:
+    state, _ = make_gateway(qwen_meta_dir)
     async with client(state) as http:
         answer = await http.post("/workers", content=_chunks(50_000))  # chunked, no length
     assert answer.status_code == 413 and code_of(answer) == "payload_too_large"

@@ -15,8 +15,10 @@ from tandem.models.image_batch import decode_cost
 CHAT = "/v1/chat/completions"
 
 
-async def test_queue_full_is_429_with_retry_after(qwen_dir: Path) -> None:
-    state, dispatcher = make_gateway(qwen_dir, max_concurrent_requests=1, max_queued_requests=1)
+async def test_queue_full_is_429_with_retry_after(qwen_meta_dir: Path) -> None:
+    state, dispatcher = make_gateway(
+        qwen_meta_dir, max_concurrent_requests=1, max_queued_requests=1
+    )
     dispatcher.gate = asyncio.Event()
     async with client(state) as http:
         first = asyncio.ensure_future(http.post(CHAT, json=chat_body()))
@@ -34,8 +36,8 @@ async def test_queue_full_is_429_with_retry_after(qwen_dir: Path) -> None:
     assert state.admission.running == 0 and state.admission.queued == 0
 
 
-async def test_streams_hold_their_slot_until_the_end(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir, max_concurrent_requests=1, max_queued_requests=0)
+async def test_streams_hold_their_slot_until_the_end(qwen_meta_dir: Path) -> None:
+    state, _ = make_gateway(qwen_meta_dir, max_concurrent_requests=1, max_queued_requests=0)
     async with client(state) as http:
         answer = await http.post(CHAT, json=chat_body(stream=True))
         assert answer.status_code == 200
@@ -45,10 +47,10 @@ async def test_streams_hold_their_slot_until_the_end(qwen_dir: Path) -> None:
         assert (await http.post(CHAT, json=chat_body(stream=True))).status_code == 200
 
 
-async def test_pixel_budget_429_then_413(qwen_dir: Path) -> None:
+async def test_pixel_budget_429_then_413(qwen_meta_dir: Path) -> None:
     # Every request sends the same image: the pixel cache is off, or later requests would
     # hit it and be charged no decoding at all (that case: test_mm_pixel_cache.py).
-    state, dispatcher = make_gateway(qwen_dir, mm_max_inflight_bytes=0, mm_pixel_cache_mb=0)
+    state, dispatcher = make_gateway(qwen_meta_dir, mm_max_inflight_bytes=0, mm_pixel_cache_mb=0)
     async with client(state) as http:
         assert (await http.post(CHAT, json=chat_body(images=1))).status_code == 200
         (one_image,) = dispatcher.pixel_bytes
@@ -83,8 +85,8 @@ async def test_pixel_budget_429_then_413(qwen_dir: Path) -> None:
         assert state.pixel_budget.used == 0 and state.admission.running == 0
 
 
-async def test_failed_requests_give_everything_back(qwen_dir: Path) -> None:
-    state, dispatcher = make_gateway(qwen_dir, max_concurrent_requests=1)
+async def test_failed_requests_give_everything_back(qwen_meta_dir: Path) -> None:
+    state, dispatcher = make_gateway(qwen_meta_dir, max_concurrent_requests=1)
     dispatcher.fail = make_error("no_available_workers", "none")
     async with client(state) as http:
         for stream in (False, True):
@@ -95,8 +97,8 @@ async def test_failed_requests_give_everything_back(qwen_dir: Path) -> None:
         assert bad.status_code == 400 and state.admission.running == 0
 
 
-async def test_declared_oversized_body_is_413_before_queueing(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir, max_payload_size=4096, max_concurrent_requests=1)
+async def test_declared_oversized_body_is_413_before_queueing(qwen_meta_dir: Path) -> None:
+    state, _ = make_gateway(qwen_meta_dir, max_payload_size=4096, max_concurrent_requests=1)
     held = await state.admission.acquire(5)  # the gateway is full
     async with client(state) as http:
         answer = await http.post(CHAT, content=b"x" * 5000)
@@ -104,8 +106,8 @@ async def test_declared_oversized_body_is_413_before_queueing(qwen_dir: Path) ->
     held.release()
 
 
-async def test_draining_refuses_new_work_with_503(qwen_dir: Path) -> None:
-    state, dispatcher = make_gateway(qwen_dir)
+async def test_draining_refuses_new_work_with_503(qwen_meta_dir: Path) -> None:
+    state, dispatcher = make_gateway(qwen_meta_dir)
     state.draining = True
     async with client(state) as http:
         answer = await http.post(CHAT, json=chat_body())
@@ -116,8 +118,8 @@ async def test_draining_refuses_new_work_with_503(qwen_dir: Path) -> None:
     assert dispatcher.arrived == 0
 
 
-async def test_a_malformed_image_header_is_a_clean_400(qwen_dir: Path) -> None:
-    state, dispatcher = make_gateway(qwen_dir)
+async def test_a_malformed_image_header_is_a_clean_400(qwen_meta_dir: Path) -> None:
+    state, dispatcher = make_gateway(qwen_meta_dir)
     cut = base64.b64encode(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00").decode()
     body = chat_body(images=1)
     bad = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + cut}}

@@ -89,16 +89,16 @@ def api(state: Any) -> openai.AsyncOpenAI:
     )
 
 
-def gateway(qwen_dir: Path) -> tuple[Any, LogprobWorker]:
-    state, _ = make_gateway(qwen_dir)
+def gateway(qwen_meta_dir: Path) -> tuple[Any, LogprobWorker]:
+    state, _ = make_gateway(qwen_meta_dir)
     worker = LogprobWorker(state.model)
     state.dispatcher = worker
     return state, worker
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_chat_logprobs(qwen_dir: Path, stream: bool) -> None:
-    state, worker = gateway(qwen_dir)
+async def test_chat_logprobs(qwen_meta_dir: Path, stream: bool) -> None:
+    state, worker = gateway(qwen_meta_dir)
     async with api(state) as client:
         kwargs: dict[str, Any] = dict(
             model=MODEL, messages=MESSAGES, max_tokens=8, logprobs=True, top_logprobs=3
@@ -124,8 +124,8 @@ async def test_chat_logprobs(qwen_dir: Path, stream: bool) -> None:
         assert entry.top_logprobs[-1].logprob == LOGPROB_FLOOR  # -inf has no JSON spelling
 
 
-async def test_chat_logprobs_without_alternatives_and_without_asking(qwen_dir: Path) -> None:
-    state, worker = gateway(qwen_dir)
+async def test_chat_logprobs_without_alternatives_and_without_asking(qwen_meta_dir: Path) -> None:
+    state, worker = gateway(qwen_meta_dir)
     async with api(state) as client:
         answer = await client.chat.completions.create(
             model=MODEL, messages=MESSAGES, max_tokens=8, logprobs=True
@@ -138,8 +138,8 @@ async def test_chat_logprobs_without_alternatives_and_without_asking(qwen_dir: P
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_completion_logprobs(qwen_dir: Path, stream: bool) -> None:
-    state, worker = gateway(qwen_dir)
+async def test_completion_logprobs(qwen_meta_dir: Path, stream: bool) -> None:
+    state, worker = gateway(qwen_meta_dir)
     async with api(state) as client:
         kwargs: dict[str, Any] = dict(model=MODEL, prompt="Hi", max_tokens=8, logprobs=2)
         if stream:
@@ -166,8 +166,8 @@ async def test_completion_logprobs(qwen_dir: Path, stream: bool) -> None:
     assert all(len(top) == 2 and top[tokens[i]] == values[i] for i, top in enumerate(tops))
 
 
-def test_completion_top_logprobs_include_the_sampled_token(qwen_dir: Path) -> None:
-    strings = TokenStrings(ModelHandle.from_dir(qwen_dir, MODEL).tokenizer)
+def test_completion_top_logprobs_include_the_sampled_token(qwen_meta_dir: Path) -> None:
+    strings = TokenStrings(ModelHandle.from_dir(qwen_meta_dir, MODEL).tokenizer)
     render = CompletionLogprobs(strings, 1)
     # A sampled token (65, "A") outside the one alternative asked for (66, "B").
     out = render.render([Entry(65, -2.0, ((66, -0.1),))])
@@ -176,8 +176,8 @@ def test_completion_top_logprobs_include_the_sampled_token(qwen_dir: Path) -> No
     assert CompletionLogprobs(strings, 0).render([Entry(65, -1.0)])["top_logprobs"] == [None]
 
 
-async def test_a_worker_refusing_the_constraint_names_the_field(qwen_dir: Path) -> None:
-    state, worker = gateway(qwen_dir)
+async def test_a_worker_refusing_the_constraint_names_the_field(qwen_meta_dir: Path) -> None:
+    state, worker = gateway(qwen_meta_dir)
     # As a worker's INVALID_ARGUMENT with tandem-error-code invalid_structured_output reads.
     worker.fail = make_error("invalid_structured_output", "grammar: unexpected token")
     async with api(state) as client:
@@ -193,3 +193,60 @@ async def test_a_worker_refusing_the_constraint_names_the_field(qwen_dir: Path) 
     assert body["code"] == "invalid_structured_output"
     assert body["param"] == "structured_outputs.grammar"
     assert worker.seen[0].sampling_params.grammar == "root ::= oops"
+
+
+class OneFrameWorker(LogprobWorker):
+    """Sends all of ``TEXT``'s tokens in one frame, as vLLM workers with speculative
+    decoding do (a streamed chunk) or a non-streaming worker does (its Complete)."""
+
+    async def _answer(self, wire: pb.GenerateRequest) -> AsyncIterator[pb.GenerateResponse]:
+        n = len(self.tokens)
+        logprobs = self._logprobs(range(n), 0)
+        if wire.stream:
+            chunk = pb.GenerateStreamChunk(token_ids=self.tokens, output_logprobs=logprobs)
+            yield pb.GenerateResponse(chunk=chunk)
+            yield pb.GenerateResponse(complete=pb.GenerateComplete(finish_reason="length"))
+            return
+        done = pb.GenerateComplete(finish_reason="length", output_ids=self.tokens)
+        done.output_logprobs.CopyFrom(logprobs)
+        yield pb.GenerateResponse(complete=done)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_stop_string_inside_a_frame_drops_the_logprobs_after_it(
+    qwen_meta_dir: Path, stream: bool
+) -> None:
+    """The stop "ll" ends at the fifth of the frame's six tokens ("héllo"), so the sixth
+    ("o") is neither counted nor given a logprob (docs/pd-contract.md §20)."""
+    state, _ = make_gateway(qwen_meta_dir)
+    state.dispatcher = OneFrameWorker(state.model)
+    async with api(state) as client:
+        ask = {"model": MODEL, "messages": MESSAGES, "logprobs": True, "stop": ["ll"]}
+        if stream:
+            chunks = [
+                c
+                async for c in await client.chat.completions.create(
+                    **ask, stream=True, stream_options={"include_usage": True}
+                )
+            ]
+            content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            entries = [
+                e
+                for c in chunks
+                if c.choices and c.choices[0].logprobs
+                for e in c.choices[0].logprobs.content or []
+            ]
+            finish = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+            usage = chunks[-1].usage
+        else:
+            reply = await client.chat.completions.create(**ask)
+            content, finish, usage = (
+                reply.choices[0].message.content,
+                reply.choices[0].finish_reason,
+                reply.usage,
+            )
+            assert reply.choices[0].logprobs is not None
+            entries = reply.choices[0].logprobs.content or []
+    assert content == "hé" and finish == "stop"
+    assert [e.logprob for e in entries] == [token_logprob(i) for i in range(5)]
+    assert usage is not None and usage.completion_tokens == 5

@@ -15,8 +15,8 @@ from tandem.gateway.model import ModelHandle
 from tandem.gateway.pipeline.prompt import INLINE_PROMPT_CHARS
 
 
-async def test_long_prompts_are_tokenized_in_a_thread(qwen_dir: Path, monkeypatch) -> None:
-    state, _ = make_gateway(qwen_dir)
+async def test_long_prompts_are_tokenized_in_a_thread(qwen_meta_dir: Path, monkeypatch) -> None:
+    state, _ = make_gateway(qwen_meta_dir)
     encode, threads = ModelHandle.encode, []
 
     def noting_encode(self: ModelHandle, text: str) -> list[int]:

@@ -41,8 +41,8 @@ def body(**extra: Any) -> dict[str, Any]:
     return {"model": MODEL, "input": "What is this?", "max_output_tokens": 8, **extra}
 
 
-async def test_a_stream_is_named_events_and_is_stored_once_complete(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir)
+async def test_a_stream_is_named_events_and_is_stored_once_complete(qwen_meta_dir: Path) -> None:
+    state, _ = make_gateway(qwen_meta_dir)
     async with client(state) as http:
         reply = await http.post("/v1/responses", json=body(stream=True))
     assert reply.status_code == 200 and "[DONE]" not in reply.text
@@ -57,8 +57,10 @@ async def test_a_stream_is_named_events_and_is_stored_once_complete(qwen_dir: Pa
     assert final["output"][0]["content"][0]["text"] == "hello there"
 
 
-async def test_a_stream_that_breaks_ends_failed_and_cannot_be_continued(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir)
+async def test_a_stream_that_breaks_ends_failed_and_cannot_be_continued(
+    qwen_meta_dir: Path,
+) -> None:
+    state, _ = make_gateway(qwen_meta_dir)
     state.dispatcher = BreaksMidStream(state.model)  # type: ignore[arg-type]
     async with client(state) as http:
         reply = await http.post("/v1/responses", json=body(stream=True))
@@ -89,8 +91,8 @@ class BrokenStore:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_response_that_cannot_be_stored_says_so(qwen_dir: Path, stream: bool) -> None:
-    state, _ = make_gateway(qwen_dir)
+async def test_a_response_that_cannot_be_stored_says_so(qwen_meta_dir: Path, stream: bool) -> None:
+    state, _ = make_gateway(qwen_meta_dir)
     state.history = BrokenStore()  # type: ignore[assignment]
     async with client(state) as http:
         reply = await http.post("/v1/responses", json=body(stream=stream))
@@ -105,8 +107,8 @@ async def test_a_response_that_cannot_be_stored_says_so(qwen_dir: Path, stream: 
     assert "db.internal" not in error["message"]  # the database's address stays in the log
 
 
-async def test_store_false_is_answered_and_not_stored(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir)
+async def test_store_false_is_answered_and_not_stored(qwen_meta_dir: Path) -> None:
+    state, _ = make_gateway(qwen_meta_dir)
     async with client(state) as http:
         reply = await http.post("/v1/responses", json=body(store=False))
         assert reply.status_code == 200 and reply.json()["store"] is False
@@ -115,8 +117,8 @@ async def test_store_false_is_answered_and_not_stored(qwen_dir: Path) -> None:
     assert missing.json()["error"]["code"] == "response_not_found"
 
 
-async def test_without_a_backend_store_true_is_refused(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir, history_backend="none")
+async def test_without_a_backend_store_true_is_refused(qwen_meta_dir: Path) -> None:
+    state, _ = make_gateway(qwen_meta_dir, history_backend="none")
     async with client(state) as http:
         implicit = await http.post("/v1/responses", json=body())
         explicit = await http.post("/v1/responses", json=body(store=True))
@@ -124,8 +126,8 @@ async def test_without_a_backend_store_true_is_refused(qwen_dir: Path) -> None:
     assert explicit.status_code == 400 and explicit.json()["error"]["param"] == "store"
 
 
-async def test_input_items_pages(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir)
+async def test_input_items_pages(qwen_meta_dir: Path) -> None:
+    state, _ = make_gateway(qwen_meta_dir)
     items = [{"role": "user", "content": f"part {i}"} for i in range(5)]
     async with client(state) as http:
         created = (await http.post("/v1/responses", json=body(input=items))).json()
@@ -136,6 +138,8 @@ async def test_input_items_pages(qwen_dir: Path) -> None:
         ).json()
         desc = (await http.get(url)).json()
         bad = await http.get(url, params={"limit": 0})
+        # "²".isdigit() is true and int("²") raises: once a plain-text 500.
+        superscript = await http.get(url, params={"limit": "²"})
     texts = [i["content"][0]["text"] for i in first["data"] + rest["data"]]
     assert texts == [f"part {i}" for i in range(5)]
     assert first["has_more"] is True and rest["has_more"] is False
@@ -143,3 +147,23 @@ async def test_input_items_pages(qwen_dir: Path) -> None:
         i["id"] for i in reversed(first["data"] + rest["data"])
     ]
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "limit"
+    assert superscript.status_code == 400 and superscript.json()["error"]["param"] == "limit"
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "name": "get_weather"}])
+async def test_a_forced_tool_beside_text_format_is_answered(qwen_meta_dir: Path, choice) -> None:
+    """instructor's RESPONSES_TOOLS mode sends both; it once got a 400 naming the chat field."""
+    state, dispatcher = make_gateway(qwen_meta_dir)
+    tool = {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    fmt = {"type": "json_schema", "name": "Out", "schema": {"type": "object"}}
+    async with client(state) as http:
+        reply = await http.post(
+            "/v1/responses",
+            json=body(tools=[tool], tool_choice=choice, text={"format": fmt}),
+        )
+    assert reply.status_code == 200, reply.text
+    assert dispatcher.arrived == 1

@@ -64,8 +64,10 @@ class CountingDispatcher(ScriptedDispatcher):
         return OpenedStream(frames, close)
 
 
-async def test_stream_dropped_before_its_first_event_settles_the_worker(qwen_dir: Path) -> None:
-    state, scripted = make_gateway(qwen_dir)
+async def test_stream_dropped_before_its_first_event_settles_the_worker(
+    qwen_meta_dir: Path,
+) -> None:
+    state, scripted = make_gateway(qwen_meta_dir)
     dispatcher = CountingDispatcher(scripted)
     state.dispatcher = dispatcher
     app = build_app(state)

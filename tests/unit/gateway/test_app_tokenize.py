@@ -22,8 +22,8 @@ from tandem.media import MediaPolicy
 
 
 @pytest.fixture(params=["qwen", "llava"])
-def model_dir(request: pytest.FixtureRequest, qwen_dir: Path, llava_dir: Path) -> Path:
-    return qwen_dir if request.param == "qwen" else llava_dir
+def model_dir(request: pytest.FixtureRequest, qwen_meta_dir: Path, llava_meta_dir: Path) -> Path:
+    return qwen_meta_dir if request.param == "qwen" else llava_meta_dir
 
 
 def code_of(answer: httpx.Response) -> str:
@@ -81,9 +81,9 @@ async def test_chat_counts_equal_the_chat_routes_prompt_tokens(model_dir: Path) 
     assert idle(state)
 
 
-async def test_the_count_follows_each_images_size(qwen_dir: Path) -> None:
+async def test_the_count_follows_each_images_size(qwen_meta_dir: Path) -> None:
     """Qwen's token run depends on the image's size; the router path's own processing says."""
-    state, _ = make_gateway(qwen_dir)
+    state, _ = make_gateway(qwen_meta_dir)
     counts = []
     async with client(state) as http:
         for size in ((64, 48), (128, 96), (48, 160)):
@@ -95,8 +95,8 @@ async def test_the_count_follows_each_images_size(qwen_dir: Path) -> None:
     assert len(set(counts)) == 3, counts
 
 
-async def test_chat_options(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir)
+async def test_chat_options(qwen_meta_dir: Path) -> None:
+    state, _ = make_gateway(qwen_meta_dir)
     tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
     messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure, "}]
     async with client(state) as http:
@@ -140,9 +140,9 @@ async def test_chat_options(qwen_dir: Path) -> None:
     ],
 )
 async def test_errors_are_openai_error_json(
-    qwen_dir: Path, path: str, body: dict, status: int, code: str, param: str
+    qwen_meta_dir: Path, path: str, body: dict, status: int, code: str, param: str
 ) -> None:
-    state, _ = make_gateway(qwen_dir)
+    state, _ = make_gateway(qwen_meta_dir)
     async with client(state) as http:
         answer = await http.post(path, json=body)
     assert answer.status_code == status, answer.text
@@ -150,9 +150,9 @@ async def test_errors_are_openai_error_json(
     assert (error["code"], error["param"]) == (code, param)
 
 
-async def test_image_refusals_are_the_chat_routes(qwen_dir: Path) -> None:
+async def test_image_refusals_are_the_chat_routes(qwen_meta_dir: Path) -> None:
     policy = MediaPolicy(allowed_domains=("media.example.test",))
-    state, dispatcher = make_gateway(qwen_dir, media=policy, mm_per_request_image_limit=1)
+    state, dispatcher = make_gateway(qwen_meta_dir, media=policy, mm_per_request_image_limit=1)
     broken = "data:image/png;base64," + "A" * 64
     cases = [
         [image_url(0), image_url(1)],  # over --mm-per-request-image-limit
@@ -181,8 +181,8 @@ async def test_image_refusals_are_the_chat_routes(qwen_dir: Path) -> None:
     assert dispatcher.arrived == 0 and idle(state)
 
 
-async def test_no_model_yet_is_a_503(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir)
+async def test_no_model_yet_is_a_503(qwen_meta_dir: Path) -> None:
+    state, _ = make_gateway(qwen_meta_dir)
     state.model = None  # no --model-path and no worker registered
     async with client(state) as http:
         for path, body in (("/tokenize", {"prompt": "x"}), ("/detokenize", {"tokens": [1]})):
@@ -190,9 +190,11 @@ async def test_no_model_yet_is_a_503(qwen_dir: Path) -> None:
             assert (answer.status_code, code_of(answer)) == (503, "no_available_workers")
 
 
-async def test_the_routes_need_an_api_key_with_or_without_v1(qwen_dir: Path) -> None:
+async def test_the_routes_need_an_api_key_with_or_without_v1(qwen_meta_dir: Path) -> None:
     state, _ = make_gateway(
-        qwen_dir, api_key="plain-secret", tenant_api_keys=[parse_tenant_key("acme:acme-secret")]
+        qwen_meta_dir,
+        api_key="plain-secret",
+        tenant_api_keys=[parse_tenant_key("acme:acme-secret")],
     )
     bodies = {"tokenize": {"prompt": "x"}, "detokenize": {"tokens": [104]}}
     async with client(state) as http:
@@ -210,8 +212,8 @@ async def test_the_routes_need_an_api_key_with_or_without_v1(qwen_dir: Path) -> 
         assert (await http.post("/tokenize/x", json={})).status_code == 401
 
 
-async def test_openapi_describes_both_routes(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir)
+async def test_openapi_describes_both_routes(qwen_meta_dir: Path) -> None:
+    state, _ = make_gateway(qwen_meta_dir)
     async with client(state) as http:
         doc = (await http.get("/openapi.json")).json()
         answer = await tokenize(http, messages=chat_body(images=1)["messages"])

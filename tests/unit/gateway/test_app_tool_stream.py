@@ -6,12 +6,14 @@ can count how many frames the gateway read.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import openai
-from gateway_app_fakes import MODEL, ScriptedDispatcher, make_gateway
+import pytest
+from gateway_app_fakes import MODEL, ScriptedDispatcher, client, make_gateway
 
 from tandem.gateway.app import build_app
 from tandem.gateway.context import RequestContext
@@ -39,8 +41,8 @@ class CountingWorker(ScriptedDispatcher):
         yield pb.GenerateResponse(complete=pb.GenerateComplete(finish_reason="length"))
 
 
-async def test_a_stop_string_ends_a_parsed_stream_early(qwen_dir: Path) -> None:
-    state, _ = make_gateway(qwen_dir)
+async def test_a_stop_string_ends_a_parsed_stream_early(qwen_meta_dir: Path) -> None:
+    state, _ = make_gateway(qwen_meta_dir)
     worker = CountingWorker(state.model, "hello there, a long answer")
     state.dispatcher = worker
     transport = httpx.ASGITransport(app=build_app(state))
@@ -62,3 +64,53 @@ async def test_a_stop_string_ends_a_parsed_stream_early(qwen_dir: Path) -> None:
     assert ("".join(text), finish) == ("he", "stop")
     # Read up to the frame that completed the stop string, not the whole answer.
     assert worker.sent <= 5 < len(worker.tokens)
+
+
+class CutOff(ScriptedDispatcher):
+    """Answers part of a call's arguments, then ends on the token limit."""
+
+    async def _frames(self) -> AsyncIterator[pb.GenerateResponse]:
+        for token in self.tokens:
+            yield pb.GenerateResponse(chunk=pb.GenerateStreamChunk(token_ids=[token]))
+        done = pb.GenerateComplete(finish_reason="length", completion_tokens=len(self.tokens))
+        yield pb.GenerateResponse(complete=done)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_named_call_cut_by_max_tokens_is_a_call_either_way(
+    qwen_meta_dir: Path, stream: bool
+) -> None:
+    """OpenAI and vLLM answer a tool_calls entry with the arguments so far; non-streamed
+    they once came back as message.content, streamed as call deltas."""
+    state, _ = make_gateway(qwen_meta_dir)
+    state.dispatcher = CutOff(state.model, '{"city": "Par')
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "weather?"}],
+        "tools": [tool],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "stream": stream,
+    }
+    async with client(state) as http:
+        reply = await http.post("/v1/chat/completions", json=body)
+    assert reply.status_code == 200, reply.text
+    if stream:
+        chunks = [
+            json.loads(line[len("data: ") :])
+            for line in reply.text.splitlines()
+            if line.startswith("data: {")
+        ]
+        deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+        calls = [call for d in deltas for call in d.get("tool_calls") or []]
+        content = "".join(d.get("content") or "" for d in deltas)
+        name = calls[0]["function"]["name"]
+        arguments = "".join(c["function"].get("arguments") or "" for c in calls)
+        finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1]
+    else:
+        choice = reply.json()["choices"][0]
+        (call,) = choice["message"]["tool_calls"]
+        content = choice["message"]["content"] or ""
+        name, arguments = call["function"]["name"], call["function"]["arguments"]
+        finish = choice["finish_reason"]
+    assert (name, arguments, content, finish) == ("get_weather", '{"city": "Par', "", "length")

@@ -36,6 +36,12 @@ REFUSED_CHAT: list[tuple[str, Any]] = [
     ("add_generation_prompt", False),
     ("chat_template_kwargs", {"enable_thinking": True}),
     ("echo", True),
+    # Accepted and ignored until round 3 of hardening (issue 30, item 18).
+    ("cache_salt", "tenant-a"),
+    ("add_special_tokens", True),
+    ("verbosity", "low"),
+    ("logits_processors", ["my.module:Processor"]),
+    ("return_token_ids", True),
 ]
 
 
@@ -48,8 +54,10 @@ def api(state: Any) -> openai.AsyncOpenAI:
 
 
 @pytest.mark.parametrize("field,value", REFUSED_CHAT)
-async def test_chat_refuses_what_it_would_ignore(qwen_dir: Path, field: str, value: Any) -> None:
-    state, dispatcher = make_gateway(qwen_dir)
+async def test_chat_refuses_what_it_would_ignore(
+    qwen_meta_dir: Path, field: str, value: Any
+) -> None:
+    state, dispatcher = make_gateway(qwen_meta_dir)
     async with api(state) as client:
         with pytest.raises(openai.BadRequestError) as info:
             await client.chat.completions.create(
@@ -62,8 +70,8 @@ async def test_chat_refuses_what_it_would_ignore(qwen_dir: Path, field: str, val
     assert dispatcher.arrived == 0  # refused before anything reached a worker
 
 
-async def test_do_nothing_values_are_accepted(qwen_dir: Path) -> None:
-    state, dispatcher = make_gateway(qwen_dir)
+async def test_do_nothing_values_are_accepted(qwen_meta_dir: Path) -> None:
+    state, dispatcher = make_gateway(qwen_meta_dir)
     async with api(state) as client:
         answer = await client.chat.completions.create(
             model=MODEL,
@@ -106,12 +114,32 @@ def test_logit_bias_is_checked_not_refused() -> None:
         assert info.value.code == "invalid_request" and info.value.param == param
 
 
-async def test_logit_bias_outside_the_vocabulary_is_a_400(qwen_dir: Path) -> None:
-    state, dispatcher = make_gateway(qwen_dir)
+async def test_logit_bias_outside_the_vocabulary_is_a_400(qwen_meta_dir: Path) -> None:
+    state, dispatcher = make_gateway(qwen_meta_dir)
     async with api(state) as client:
         with pytest.raises(openai.BadRequestError) as info:
             await client.chat.completions.create(
                 model=MODEL, messages=MESSAGES, max_tokens=4, logit_bias={"99999999": 5}
             )
     assert isinstance(info.value.body, dict) and info.value.body["param"] == "logit_bias"
+    assert dispatcher.arrived == 0
+
+
+@pytest.mark.parametrize("route", ["chat", "completions"])
+async def test_stream_options_without_a_stream_are_refused(qwen_meta_dir: Path, route: str) -> None:
+    state, dispatcher = make_gateway(qwen_meta_dir)
+    async with api(state) as client:
+        with pytest.raises(openai.BadRequestError) as info:
+            options = {"stream_options": {"include_usage": True}}
+            if route == "chat":
+                await client.chat.completions.create(
+                    model=MODEL, messages=MESSAGES, max_tokens=4, extra_body=options
+                )
+            else:
+                await client.completions.create(
+                    model=MODEL, prompt="hi", max_tokens=4, extra_body=options
+                )
+    error = info.value.body
+    assert isinstance(error, dict)
+    assert (error["code"], error["param"]) == ("invalid_request", "stream_options")
     assert dispatcher.arrived == 0

@@ -114,6 +114,7 @@ def _binascii_strict(payload: str) -> bytes | None:
 _B64_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/=-_ \n\té\x00"
 
 
+@pytest.mark.fuzz
 @settings(max_examples=2000, deadline=None)
 @given(
     payload=st.binary(max_size=16),

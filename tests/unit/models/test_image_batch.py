@@ -133,6 +133,7 @@ print(json.dumps(results))
 """
 
 
+@pytest.mark.processes  # measures a child process's peak memory
 def test_the_measured_peak_stays_within_the_charge(meta_dirs: dict[str, Path]) -> None:
     """Decoding and preprocessing one 2048x2048 image peaks at most at its charge."""
     if not os.access("/proc/self/clear_refs", os.W_OK):

@@ -12,6 +12,9 @@ from PIL import Image
 from tandem.media import MediaPolicy, decode_image
 from tandem.models import load_processor
 
+# Size sweeps over large pictures: left out of `make test-unit`, run by `make test`.
+pytestmark = pytest.mark.fuzz
+
 FAMILIES = ["tiny-qwen3-vl", "tiny-llava-1.5"]
 EXACT = MediaPolicy()
 DRAFT = MediaPolicy(jpeg_draft=True)

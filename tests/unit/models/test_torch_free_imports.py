@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 # Makes torch look uninstalled: transformers' availability probe sees no spec,
 # and any direct import of torch or a submodule fails.
 _BLOCK_TORCH = """
@@ -56,12 +58,9 @@ for name in ("tiny-qwen3-vl", "tiny-llava-1.5"):
     assert len(ranges) == 1 and pre.pixel_values.dtype.name == "float32"
     from transformers import AutoTokenizer
     assert AutoTokenizer.from_pretrained(model_dir)(text)["input_ids"] == ids
-    try:
-        generate_builtin(name, root / "full")
-    except RuntimeError as exc:
-        assert "needs torch" in str(exc)
-    else:
-        raise AssertionError("weights were generated without torch")
+    # Full checkpoints too: their weights are copied from the package, never trained.
+    full = generate_builtin(name, root / "full")
+    assert (full / "model.safetensors").stat().st_size > 100_000
 
 loaded = [m for m, mod in sys.modules.items() if m.split(".")[0] == "torch" and mod is not None]
 assert not loaded, loaded
@@ -69,6 +68,7 @@ print("torch-free OK")
 """
 
 
+@pytest.mark.processes
 def test_models_package_and_weightless_builtins_need_no_torch(tmp_path: Path) -> None:
     script = _BLOCK_TORCH + "\n" + textwrap.dedent(_SCRIPT)
     result = subprocess.run(

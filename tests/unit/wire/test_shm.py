@@ -71,31 +71,55 @@ def test_bad_names_are_refused_before_anything_is_opened(name: str) -> None:
 def test_symlinks_fifos_and_directories_are_refused_and_kept(tmp_path: Path) -> None:
     target = tmp_path / "target"
     target.write_bytes(b"x" * 16)
-    (tmp_path / "link").symlink_to(target)
-    os.mkfifo(tmp_path / "fifo")
-    (tmp_path / "dir").mkdir()
+    link, fifo, folder = "tandem-1-1-1", "tandem-1-1-2", "smg-vllm-1-2-3"
+    (tmp_path / link).symlink_to(target)
+    os.mkfifo(tmp_path / fifo)
+    (tmp_path / folder).mkdir()
     with pytest.raises(ShmError, match="symlink"):
-        read_segment(common.ShmHandle(name="link", nbytes=4), tmp_path)
+        read_segment(common.ShmHandle(name=link, nbytes=4), tmp_path)
     with pytest.raises(ShmError, match="not a regular file"):
-        read_segment(common.ShmHandle(name="fifo", nbytes=4), tmp_path)  # and no hang
+        read_segment(common.ShmHandle(name=fifo, nbytes=4), tmp_path)  # and no hang
     with pytest.raises(ShmError, match="not a regular file"):
-        read_segment(common.ShmHandle(name="dir", nbytes=4), tmp_path)
-    assert (tmp_path / "link").is_symlink() and (tmp_path / "fifo").exists()
+        read_segment(common.ShmHandle(name=folder, nbytes=4), tmp_path)
+    assert (tmp_path / link).is_symlink() and (tmp_path / fifo).exists()
     assert target.read_bytes() == b"x" * 16
 
 
+@pytest.mark.parametrize("name", ["psm_victim", "tandem-1-2", "tandem-a-1-1", "smg-1-2-3"])
+def test_names_no_gateway_writes_are_refused_and_kept(tmp_path: Path, name: str) -> None:
+    """Another program's shared memory (vLLM's psm_* segments, say) is neither read nor
+    removed, whatever a handle claims: anyone who reaches a worker's port could send one."""
+    (tmp_path / name).write_bytes(b"z" * 8)
+    for nbytes in (8, 64):  # the right size and a wrong one
+        with pytest.raises(ShmError, match="not a gateway's tensor segment"):
+            read_segment(common.ShmHandle(name=name, nbytes=nbytes), tmp_path)
+    assert (tmp_path / name).read_bytes() == b"z" * 8
+
+
+def test_another_users_segment_is_refused_and_kept(tmp_path: Path) -> None:
+    path = tmp_path / "tandem-7-7-7"
+    path.write_bytes(b"q" * 8)
+    os.chown(path, os.geteuid() + 4242, -1)  # the suite runs as root (CI does too)
+    with pytest.raises(ShmError, match="another user"):
+        read_segment(common.ShmHandle(name=path.name, nbytes=8), tmp_path)
+    assert path.exists()
+
+
 def test_a_handle_larger_than_its_segment_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "seg").write_bytes(b"y" * 8)
+    seg, seg2 = tmp_path / "tandem-5-5-1", tmp_path / "smg-tokenspeed-5-99-2"
+    seg.write_bytes(b"y" * 8)
     with pytest.raises(ShmError, match="holds 8 bytes"):
-        read_segment(common.ShmHandle(name="seg", offset=4, nbytes=8), tmp_path)
-    # Exactly the asked range at an offset is fine.
-    (tmp_path / "seg2").write_bytes(b"0123456789")
-    assert read_segment(common.ShmHandle(name="seg2", offset=6, nbytes=4), tmp_path) == b"6789"
+        read_segment(common.ShmHandle(name=seg.name, offset=4, nbytes=8), tmp_path)
+    assert seg.exists()  # refused, so not removed: only a whole read unlinks
+    # Exactly the asked range at an offset is fine, and then the segment is gone.
+    seg2.write_bytes(b"0123456789")
+    assert read_segment(common.ShmHandle(name=seg2.name, offset=6, nbytes=4), tmp_path) == b"6789"
+    assert not seg2.exists()
 
 
 def test_a_missing_segment_says_the_gateway_must_share_this_host() -> None:
     with pytest.raises(ShmError, match="same host"):
-        read_segment(common.ShmHandle(name="tandem-no-such-segment", nbytes=4))
+        read_segment(common.ShmHandle(name="tandem-0-0-424242", nbytes=4))
 
 
 def test_a_full_or_missing_directory_fails_the_write_and_leaves_nothing(tmp_path: Path) -> None:

@@ -108,7 +108,7 @@ def test_remote_payload_is_refused_clearly() -> None:
 def test_shm_payload_naming_no_segment_is_refused_clearly() -> None:
     # Shared-memory payloads are read (tests/unit/wire/test_shm.py); a missing one is refused.
     td = TensorData(shape=[4], dtype="uint8")
-    td.shm.name = "tandem-no-such-segment"
+    td.shm.name = "tandem-0-0-424242"
     td.shm.nbytes = 4
     with pytest.raises(TensorCodecError, match="cannot be opened on this worker"):
         decode_tensor(td)

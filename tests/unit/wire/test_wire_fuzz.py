@@ -9,6 +9,7 @@ worker needs, and never touch the original.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from google.protobuf.message import DecodeError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,6 +31,9 @@ from tandem.wire.tensors import (
     encode_tensor,
     tensor_nbytes,
 )
+
+# Many generated cases each: left out of `make test-unit`, run by `make test`.
+pytestmark = pytest.mark.fuzz
 
 UINT32_EDGES = [0, 1, 2, 3, 2**16, 2**31 - 1, 2**32 - 1]
 

@@ -61,6 +61,7 @@ def test_prompt_logprobs_are_refused() -> None:
     assert info.value.code == "unsupported_parameter"
 
 
+@pytest.mark.processes
 def test_the_worker_imports_without_xgrammar() -> None:
     # xgrammar is imported on the first constrained request only: a worker without it
     # starts and serves everything else.

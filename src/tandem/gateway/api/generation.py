@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from tandem.ascii_int import ascii_int
 from tandem.errors import make_error
 from tandem.gateway.api.schemas_chat import INVALID, STRICT_IGNORE_EXTRA, without_nulls
 from tandem.gateway.api.structured import Constraint, request_constraint
@@ -114,6 +115,17 @@ class GenerationParams(BaseModel):
     _constraint: Constraint | None = PrivateAttr(None)
 
     @model_validator(mode="after")
+    def _stream_options_need_a_stream(self) -> GenerationParams:
+        # vLLM answers 400 here too: the options would be ignored by a JSON answer.
+        if self.stream_options is not None and not self.stream:
+            raise make_error(
+                "invalid_request",
+                "stream_options is only allowed with stream: true",
+                param="stream_options",
+            )
+        return self
+
+    @model_validator(mode="after")
     def _one_constraint(self) -> GenerationParams:
         self._constraint = request_constraint(
             {
@@ -139,7 +151,8 @@ class GenerationParams(BaseModel):
     @classmethod
     def _token_id_keys(cls, value: dict[str, float]) -> dict[str, float]:
         for key in value:
-            if not (key.isdigit() and int(key) <= INT32_MAX):
+            token_id = ascii_int(key)
+            if token_id is None or token_id > INT32_MAX:
                 raise PydanticCustomError(
                     INVALID,
                     "logit_bias keys must be token ids (0 or more), got '{key}'",
@@ -163,6 +176,10 @@ class GenerationParams(BaseModel):
 
     def output_limit(self) -> int | None:
         return self.max_tokens
+
+    def output_limit_param(self) -> str:
+        """The field that set :meth:`output_limit`, for an error naming it."""
+        return "max_tokens"
 
     def _check_min_tokens(self) -> None:
         limit = self.output_limit()

@@ -99,7 +99,13 @@ class ChatCompletionRequest(GenerationParams):
         self._tool_mode = tool_mode(self.tools, self.tool_choice, self.parallel_tool_calls)
         forced = tool_constraint(self.tools or [], self._tool_mode)
         if forced is not None:
-            if self._constraint is not None:
+            # OpenAI's response_format governs text answers; a forced call leaves none, so
+            # the call's constraint applies (instructor's and the Agents SDK's forced tools
+            # send both). vLLM's own constraint fields stay refused beside a forced call.
+            own = self._constraint is not None and self._constraint.param.startswith(
+                "response_format"
+            )
+            if self._constraint is not None and not own:
                 raise make_error(
                     "invalid_request",
                     f"tool_choice '{self._tool_mode.kind}' constrains the answer already; "
@@ -123,6 +129,9 @@ class ChatCompletionRequest(GenerationParams):
     def output_limit(self) -> int | None:
         # max_completion_tokens replaced max_tokens in the OpenAI API; it wins when both come.
         return self.max_completion_tokens or self.max_tokens
+
+    def output_limit_param(self) -> str:
+        return "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
 
     def image_urls(self) -> list[str]:
         """Every image part's URL, in the order the client wrote them."""

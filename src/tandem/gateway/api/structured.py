@@ -163,19 +163,24 @@ def _build(kind: ConstraintKind, value: Any, param: str) -> Constraint:
 def _schema_text(value: Any, param: str) -> str:
     """The schema as compact JSON text, after checking it is a JSON Schema at all."""
     schema = value
+    too_deep = _invalid(f"{param} is nested too deeply to be a JSON schema", param)
     if isinstance(value, str):  # guided_json (and structured_outputs.json) may be JSON text
         try:
             schema = json.loads(value)
         except json.JSONDecodeError as exc:
             raise _invalid(f"{param} is not valid JSON: {exc}", param) from None
+        except RecursionError:  # a string of ~1000 nested arrays: parsing it overflows
+            raise too_deep from None
     if not isinstance(schema, dict | bool):
         raise _bad_shape(f"{param} must be a JSON schema object", param)
     try:
         jsonschema_rs.validator_for(schema)
+        return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     except (jsonschema_rs.ValidationError, ValueError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise _invalid(f"{param} is not a valid JSON schema: {first}", param) from None
-    return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    except RecursionError:
+        raise too_deep from None
 
 
 def _choices(value: Any, param: str) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ import jsonschema_rs
 from pydantic import BaseModel, Discriminator, Field, Tag
 
 from tandem.errors import TandemError, make_error
+from tandem.gateway.api.schema_defs import hoist_definitions
 from tandem.gateway.api.schemas_chat import INVALID, STRICT_IGNORE_EXTRA
 from tandem.gateway.api.structured import Constraint
 
@@ -127,21 +128,25 @@ def tool_constraint(tools: list[Tool], mode: ToolMode) -> Constraint | None:
         return Constraint("json_schema", _compact(_parameters(tool)), "tool_choice")
     if mode.kind != "required":
         return None
+    # Each tool's definitions move to the array's root, where its "#/$defs/…" now points.
+    parameters, definitions = hoist_definitions([(t.function.name, _parameters(t)) for t in tools])
     calls = [
         {
             "type": "object",
             "properties": {
                 "name": {"type": "string", "enum": [t.function.name]},
-                "parameters": _parameters(t),
+                "parameters": params,
             },
             "required": ["name", "parameters"],
             "additionalProperties": False,
         }
-        for t in tools
+        for t, params in zip(tools, parameters, strict=True)
     ]
     schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": calls}}
     if not mode.parallel:
         schema["maxItems"] = 1
+    if definitions:
+        schema["$defs"] = definitions
     return Constraint("json_schema", _compact(schema), "tool_choice")
 
 

@@ -57,6 +57,11 @@ _COMMON: dict[str, _Rule] = {
     "spaces_between_special_tokens": (_default_true, "only the default (true) is supported"),
     "return_tokens_as_token_ids": (_empty, "tokens as token ids are not supported"),
     "mm_processor_kwargs": (_empty, "per-request image processor options are not supported"),
+    "logits_processors": (_empty, "per-request logits processors are not supported"),
+    "return_token_ids": (_empty, "returning the token ids is not supported yet"),
+    # vLLM's per-tenant prefix-cache isolation: the vLLM worker protocol has no field that
+    # would carry it to the workers, so accepting it would share caches it meant to split.
+    "cache_salt": (_empty, "a per-request cache salt cannot reach the workers"),
 }
 _CHAT: dict[str, _Rule] = {
     "functions": (_empty, "function calling is not supported yet"),
@@ -74,6 +79,9 @@ _CHAT: dict[str, _Rule] = {
     "chat_template": (_empty, "a per-request chat template is not supported"),
     "chat_template_kwargs": (_empty, "chat template arguments are not supported yet"),
     "documents": (_empty, "documents for the chat template are not supported"),
+    # The rendered template already holds the special tokens; vLLM's chat default, false.
+    "add_special_tokens": (_empty, "adding special tokens to a rendered chat is not supported"),
+    "verbosity": (_empty, "this model has no verbosity control"),
 }
 
 

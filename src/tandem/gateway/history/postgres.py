@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from tandem.ascii_int import ascii_int
 from tandem.gateway.history.codec import encoded
 from tandem.gateway.history.migrations import PG_MIGRATION_LOCK, TABLE, migrate_postgres
 from tandem.gateway.history.pgurl import redacted, scrubbed
@@ -64,8 +65,7 @@ _EVICT = evict_sql(TABLE, "$1::bigint")
 
 def _count(status: str) -> int:
     """Rows affected, from a command tag such as ``DELETE 3``."""
-    tail = status.rsplit(" ", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
+    return ascii_int(status.rsplit(" ", 1)[-1]) or 0
 
 
 class PostgresStore:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tandem.ascii_int import ascii_int
 from tandem.wire.shm import pid_alive
 
 # Distinct from the tensor transport's segments (wire/shm*): this sweep must never touch them.
@@ -87,8 +88,8 @@ def sweep_stale_segments(directory: Path | None = None) -> int:
     for name in names:
         if not name.startswith(PREFIX):
             continue
-        owner = name[len(PREFIX) :].partition("-")[0]
-        if not owner.isdigit() or pid_alive(int(owner)):
+        owner = ascii_int(name[len(PREFIX) :].partition("-")[0])
+        if owner is None or pid_alive(owner):
             continue
         with contextlib.suppress(OSError):
             os.unlink(base / name)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from tandem.ascii_int import ascii_int
 from tandem.gateway.workers.worker import Worker
 from tandem.hostport import join_host_port
 from tandem.wire.kv_params import PREFILL_TAG, dumps_compact
@@ -86,8 +87,9 @@ def _bootstrap_port(worker: Worker) -> int:
     raw = worker.labels.get("bootstrap_port")
     if raw is None:
         return DEFAULT_BOOTSTRAP_PORT
-    if raw.isdigit() and 0 < int(raw) < 65536:
-        return int(raw)
+    port = ascii_int(raw)
+    if port is not None and 0 < port < 65536:
+        return port
     log.warning("worker %s: bootstrap_port label %r is not a port; using 8998", worker.url, raw)
     return DEFAULT_BOOTSTRAP_PORT
 
@@ -98,7 +100,7 @@ def _mooncake_engine_id(worker: Worker, dp_rank: int | None) -> str | None:
     if not engine_id:
         return None
     raw_dp = worker.labels.get("data_parallel_size")
-    dp_size = int(raw_dp) if raw_dp is not None and raw_dp.isdigit() else 0
+    dp_size = ascii_int(raw_dp) or 0
     if raw_dp is not None and dp_size < 1:
         log.warning(
             "worker %s: data_parallel_size label %r is not a positive integer; "

@@ -103,3 +103,13 @@ def build_prompt(ctx: RequestContext) -> None:
             f"the prompt has {len(ctx.prompt_ids)} tokens; the model's context is {limit}",
             param="messages",
         )
+    wanted = body.output_limit()
+    if limit and wanted is not None and len(ctx.prompt_ids) + wanted > limit:
+        # Refused as vLLM and OpenAI do, rather than clamped: the client asked for more
+        # than can ever come (images, expanded later, only make the prompt longer).
+        raise make_error(
+            "invalid_request",
+            f"the prompt's {len(ctx.prompt_ids)} tokens and the {wanted} output tokens asked "
+            f"for exceed the model's context of {limit} tokens",
+            param=body.output_limit_param(),
+        )

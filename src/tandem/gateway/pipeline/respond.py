@@ -52,16 +52,29 @@ class Choice:
     finish_reason: str | None = None
     logprobs: list[LogprobEntry] = field(default_factory=list)
 
-    def feed(self, token_ids: list[int]) -> str:
-        """New text of this choice (held back while it may be a stop string's start)."""
+    def feed(self, token_ids: list[int]) -> tuple[str, int]:
+        """New text of this choice (held back while it may be a stop string's start), and
+        how many of ``token_ids`` it used: fewer when a stop string ends inside them."""
         if self.finish_reason is not None or not token_ids:
-            return ""
-        self.tokens += len(token_ids)
-        result = self.stops.push(self.detok.push(token_ids))
-        if result.stopped:
+            return "", 0
+        if len(token_ids) == 1 or not self.stops.stops:
+            pieces, used = [self.stops.push(self.detok.push(token_ids))], len(token_ids)
+        else:
+            # Several tokens in one frame (a non-streaming worker's Complete, speculative
+            # decoding): token by token, so that what follows a stop is not counted, nor
+            # its logprobs kept (docs/pd-contract.md §20).
+            pieces, used = [], 0
+            for token in token_ids:
+                pieces.append(self.stops.push(self.detok.push([token])))
+                used += 1
+                if pieces[-1].stopped:
+                    break
+        self.tokens += used
+        if pieces[-1].stopped:
             self.finish_reason = "stop"
-        self.text.append(result.text)
-        return result.text
+        text = "".join(piece.text for piece in pieces)
+        self.text.append(text)
+        return text, used
 
     def finish(self, reason: str) -> str:
         if self.finish_reason is not None:
@@ -108,7 +121,8 @@ class Collector:
             self._mark_first_token(chunk.token_ids)
             was = choice.finish_reason
             entries = self._logprobs(choice, chunk, "output_logprobs")
-            text = choice.feed(list(chunk.token_ids))
+            text, used = choice.feed(list(chunk.token_ids))
+            entries = self._keep(choice, entries, used)
         else:
             done = frame.complete
             choice = self._choice(done.index)
@@ -120,7 +134,8 @@ class Collector:
                 # A stream's Complete repeats (vLLM) or omits its last delta: chunks only.
                 self._mark_first_token(done.output_ids)
                 entries = self._logprobs(choice, done, "output_logprobs")
-                text = choice.feed(list(done.output_ids))
+                text, used = choice.feed(list(done.output_ids))
+                entries = self._keep(choice, entries, used)
             text += choice.finish(done.finish_reason)
         finished = choice.finish_reason if was is None else None
         return Event(choice.index, text, finished, entries)
@@ -128,14 +143,20 @@ class Collector:
     def _logprobs(
         self, choice: Choice, frame: pb.GenerateStreamChunk | pb.GenerateComplete, name: str
     ) -> list[LogprobEntry]:
-        """The frame's entries, kept on the choice; none once the choice has finished."""
+        """The frame's entries; none once the choice has finished."""
         if not self.wants_logprobs or choice.finish_reason is not None:
             return []
         if not frame.HasField(name):
             return []
-        entries = entries_from_wire(getattr(frame, name))
-        choice.logprobs.extend(entries)
-        return entries
+        return entries_from_wire(getattr(frame, name))
+
+    @staticmethod
+    def _keep(choice: Choice, entries: list[LogprobEntry], used: int) -> list[LogprobEntry]:
+        """The entries of the tokens the choice used, kept on it (a stop string drops the
+        rest of the frame's)."""
+        kept = entries[:used]
+        choice.logprobs.extend(kept)
+        return kept
 
     @property
     def done(self) -> bool:
@@ -185,21 +206,16 @@ def _output(ctx: RequestContext, choice: Choice) -> ChoiceOutput:
     logprobs = _rendered(ctx, choice)
     if ctx.shaping is None:
         return ChoiceOutput(choice.index, text, reason, logprobs)
-    shaped = ctx.shaping.whole(text)
+    shaped = ctx.shaping.whole(text, cut=reason == "length")
     calls = [tool_call_dict(c.id, c.name, c.arguments) for c in shaped.calls]
     return ChoiceOutput(
         choice.index,
         shaped.content,
-        _finish_with_calls(reason, bool(calls)),
+        ctx.shaping.finish_reason(reason, bool(calls)),
         logprobs,
         calls or None,
         shaped.reasoning,
     )
-
-
-def _finish_with_calls(reason: str, called: bool) -> str:
-    # A choice that ended by itself with calls ends for them; a cut-off one stays "length".
-    return "tool_calls" if called and reason == "stop" else reason
 
 
 def _rendered(ctx: RequestContext, choice: Choice) -> dict[str, Any] | None:
@@ -270,7 +286,7 @@ def _shaped_chunks(
     index = event.index
     pieces = shaper.push(event.text) if event.text else []
     if event.finished:
-        pieces += shaper.finish()
+        pieces += shaper.finish(cut=event.finished == "length")
     chunks = [builder.delta(index, "", render(event))] if event.logprobs else []
     for piece in pieces:
         if isinstance(piece, ContentPiece):
@@ -283,5 +299,5 @@ def _shaped_chunks(
         elif piece.text:
             chunks.append(builder.call_arguments(index, piece.index, piece.text))
     if event.finished:
-        chunks.append(builder.finish(index, _finish_with_calls(event.finished, shaper.called)))
+        chunks.append(builder.finish(index, shaper.finish_reason(event.finished)))
     return chunks

@@ -4,8 +4,9 @@ The parsing is the gateway's, so every worker (Tandem's or vLLM's) gets the same
 A reasoning parser (``--reasoning-parser``) splits the thought off first; the tool-call
 parser then reads what remains. Which tool parser depends on ``tool_choice``: ``auto`` uses
 ``--tool-call-parser`` (or the chat template's format), a forced choice reads the JSON its
-constraint produced (``gateway/api/tools.py``) and skips the reasoning parser, since that
-constraint starts at the first token. Malformed output degrades to content.
+constraint produced (``gateway/api/tools.py``). A request held to JSON (a forced call,
+``response_format``, a JSON schema) skips the reasoning parser, since its constraint starts
+at the first token. Malformed output degrades to content.
 """
 
 from __future__ import annotations
@@ -53,17 +54,24 @@ class ChoiceStreamer:
         self._reasoning = plan.reasoning.streamer() if plan.reasoning else None
         self._tools = plan.new_tool_streamer() if plan.new_tool_streamer else None
         self._single = plan.single_call
+        self._plan = plan
         self._started = False
         self.called = False
+
+    def finish_reason(self, reason: str) -> str:
+        return self._plan.finish_reason(reason, self.called)
 
     def push(self, text: str) -> list[Event]:
         if self._reasoning is None:
             return self._to_tools([ContentPiece(text)] if text else [])
         return self._to_tools(self._reasoning.push(text))
 
-    def finish(self) -> list[Event]:
+    def finish(self, cut: bool = False) -> list[Event]:
+        """``cut``: the token limit ended the choice (a forced call keeps what it wrote)."""
         events = self._to_tools(self._reasoning.finish()) if self._reasoning else []
-        if self._tools is not None:
+        if isinstance(self._tools, NamedStreamer):
+            events += self._tools.finish(cut)
+        elif self._tools is not None:
             events += self._only_first(self._tools.finish())
         self._note(events)
         return events
@@ -101,14 +109,26 @@ class ShapingPlan:
     new_tool_streamer: Callable[[], ToolStreamer] | None
     # parallel_tool_calls: false under tool_choice auto: the first call only.
     single_call: bool = False
+    # A named tool_choice: the client chose the call, so the choice ends "stop" (as OpenAI's
+    # and vLLM's do), not "tool_calls".
+    named: bool = False
+    # How a cut-off answer is read, where that differs (a named call keeps its partial args).
+    parse_cut: Callable[[str], tuple[str, list[ToolCall]]] | None = None
 
-    def whole(self, text: str) -> Shaped:
+    def finish_reason(self, reason: str, called: bool) -> str:
+        """A choice that ended by itself with calls ends for them (but under a named
+        tool_choice); a cut-off one stays "length"."""
+        return "tool_calls" if called and reason == "stop" and not self.named else reason
+
+    def whole(self, text: str, cut: bool = False) -> Shaped:
+        """``cut``: the token limit ended the choice (a forced call keeps what it wrote)."""
         reasoning = None
         if self.reasoning is not None:
             reasoning, text = self.reasoning.parse(text)
         if self.parse_tools is None:
             return Shaped(text, reasoning)
-        content, calls = self.parse_tools(text)
+        parse = self.parse_cut if cut and self.parse_cut is not None else self.parse_tools
+        content, calls = parse(text)
         if self.single_call:
             calls = calls[:1]
         # With calls, OpenAI's message has no content unless the model wrote some.
@@ -127,10 +147,25 @@ def shaping_plan(ctx: RequestContext, config: GatewayConfig) -> ShapingPlan | No
     if not isinstance(body, ChatCompletionRequest):
         return None
     mode = body.tool_mode
-    reasoning = reasoning_parser(config.reasoning_parser) if config.reasoning_parser else None
+    # A JSON constraint (response_format, structured_outputs.json, guided_json) holds
+    # decoding to JSON from the first token, so the model never writes its reasoning
+    # markers: the whole answer is content, as for a forced call. Parsing it for reasoning
+    # once returned the JSON as reasoning_content and an empty answer. A regex, grammar or
+    # choice may spell the markers out itself, so its answer is still parsed.
+    constraint = body.constraint
+    json_only = constraint is not None and constraint.kind in ("json_schema", "json_object")
+    reasoning = None
+    if config.reasoning_parser and not json_only:
+        reasoning = reasoning_parser(config.reasoning_parser)
     if mode.kind == "named":
         name = mode.name or ""
-        return ShapingPlan(None, lambda text: _named(name, text), lambda: NamedStreamer(name))
+        return ShapingPlan(
+            None,
+            lambda text: _named(name, text),
+            lambda: NamedStreamer(name),
+            named=True,
+            parse_cut=lambda text: _named(name, text, cut=True),
+        )
     if mode.kind == "required":
         return ShapingPlan(None, _required, RequiredStreamer)
     if mode.kind == "auto":
@@ -156,6 +191,6 @@ def _required(text: str) -> tuple[str, list[ToolCall]]:
     return ("" if calls else text), calls
 
 
-def _named(name: str, text: str) -> tuple[str, list[ToolCall]]:
-    call = parse_named(name, text)
+def _named(name: str, text: str, cut: bool = False) -> tuple[str, list[ToolCall]]:
+    call = parse_named(name, text, cut)
     return ("", [call]) if call is not None else (text, [])

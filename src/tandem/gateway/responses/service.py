@@ -16,6 +16,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
+from tandem.ascii_int import ascii_int
 from tandem.errors import TandemError, make_error
 from tandem.gateway.history.store import NO_TENANT, HistoryError, ResponseStore, StoredResponse
 from tandem.gateway.pipeline.run import Answered, Failed, Inbound, Outcome, Pipeline, Streaming
@@ -195,8 +196,9 @@ def _int_param(query: Mapping[str, str], name: str, default: int, low: int, high
     raw = query.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    value = ascii_int(raw)
+    if value is None or not low <= value <= high:
         raise make_error(
             "invalid_request", f"{name} must be an integer from {low} to {high}", param=name
         )
-    return int(raw)
+    return value

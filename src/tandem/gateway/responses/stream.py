@@ -57,6 +57,10 @@ class EventWriter:
         self.open: _Open | None = None
         self.calls: dict[int, _Open] = {}  # chat tool-call index -> its item
         self.answer = Answer()
+        # Logprobs that came before the text they belong to (a parsed stream sends a frame's
+        # logprobs first, then its pieces): they join the message's next text, or are
+        # dropped with the reasoning or call the frame turned out to be.
+        self.pending: list[dict[str, Any]] = []
 
     def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
         event = {"type": kind, **fields, "sequence_number": self.sequence}
@@ -78,15 +82,27 @@ class EventWriter:
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
             if delta.get("reasoning_content"):
+                self.pending = []
                 events += self._text("reasoning", delta["reasoning_content"], [])
             logprobs = (choice.get("logprobs") or {}).get("content") or []
-            if delta.get("content") or logprobs:
-                events += self._text("message", delta.get("content") or "", logprobs)
+            if delta.get("content"):
+                events += self._text("message", delta["content"], self._take(logprobs))
+            elif logprobs and self.open is not None and self.open.kind == "message":
+                events += self._text("message", "", self._take(logprobs))
+            elif logprobs:
+                # Never an item of its own: that would close an open call or reasoning item
+                # (and once lost a call's arguments).
+                self.pending += logprobs
             for call in delta.get("tool_calls") or []:
+                self.pending = []
                 events += self._call(call)
             if choice.get("finish_reason"):
                 self.answer.finish_reason = choice["finish_reason"]
         return events
+
+    def _take(self, logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        taken, self.pending = [*self.pending, *logprobs], []
+        return taken
 
     def _text(self, kind: str, text: str, logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         events = [] if self.open and self.open.kind == kind else self._switch(kind)
@@ -220,6 +236,8 @@ class EventWriter:
         events: list[dict[str, Any]] = []
         if not self.output and self.open is None:
             events += self._switch("message")  # an empty answer is still one message
+        if self.pending and self.open is not None and self.open.kind == "message":
+            events += self._text("message", "", self._take([]))
         cut = self.answer.finish_reason == "length"
         events += self._close("incomplete" if cut else "completed")
         body = finished(self.header, self.answer, self.output, self.count)

@@ -5,15 +5,17 @@ The gateway constrained decoding to the function's parameter schema
 model writes anything: the streamer's first answer (to ``push`` or ``finish``)
 starts with the ``CallStart``, and the object's text goes out as
 ``ArgumentsPiece``s as it arrives (whitespace around it dropped, text after it
-content). If the text is not a JSON object, or is cut off, the call breaks
-after its start: the client keeps the start and any pieces, and gets the rest
-as content (``degraded``); ``parse_named`` gives None, the caller answers with
-the text as content.
+content). If the text is not a JSON object, or ends before the object does, the
+call breaks after its start: the client keeps the start and any pieces, and gets
+the rest as content (``degraded``); ``parse_named`` gives None, the caller answers
+with the text as content. Output that ``max_tokens`` cut (``finish(cut=True)``)
+is different: the call stands with the arguments written so far, streamed or
+not, as OpenAI's and vLLM's servers answer.
 """
 
 from __future__ import annotations
 
-from tandem.gateway.tools.calls import ArgumentsPiece, ToolCall, collect
+from tandem.gateway.tools.calls import ArgumentsPiece, Event, ToolCall, collect
 from tandem.gateway.tools.json_scan import WHITESPACE, Scan, ValueScanner
 from tandem.gateway.tools.sink import Sink, SinkStreamer
 
@@ -29,6 +31,13 @@ class NamedStreamer(SinkStreamer):
         self._mode = _LEAD
         self._scanner = ValueScanner()
         self._buf = ""
+        self._cut = False
+
+    def finish(self, cut: bool = False) -> list[Event]:
+        """``cut``: the token limit ended the output; a call begun keeps its partial
+        arguments instead of breaking."""
+        self._cut = cut
+        return super().finish()
 
     def _run(self, final: bool) -> None:
         if self._index is None:
@@ -68,7 +77,10 @@ class NamedStreamer(SinkStreamer):
                     return
 
     def _fail(self) -> None:
-        self._sink.content(self._sink.fail())
+        if self._cut and self._mode == _OBJECT:
+            self._sink.commit()  # cut short, not malformed: the partial call stands
+        else:
+            self._sink.content(self._sink.fail())
         self._mode = _PASS
 
 
@@ -78,16 +90,17 @@ class NamedParser:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
+    def parse(self, text: str, cut: bool = False) -> tuple[str, list[ToolCall]]:
         streamer = NamedStreamer(self.name, whole=True)
-        return collect(streamer.push(text) + streamer.finish())
+        return collect(streamer.push(text) + streamer.finish(cut))
 
     def streamer(self) -> NamedStreamer:
         return NamedStreamer(self.name)
 
 
-def parse_named(name: str, text: str) -> ToolCall | None:
+def parse_named(name: str, text: str, cut: bool = False) -> ToolCall | None:
     """The call a named ``tool_choice`` output makes; None when the text is not a whole
-    JSON object (the caller then answers with the text as content)."""
-    calls = NamedParser(name).parse(text)[1]
+    JSON object (the caller then answers with the text as content), unless ``cut``: then
+    the object begun is the call's arguments so far."""
+    calls = NamedParser(name).parse(text, cut)[1]
     return calls[0] if calls else None

@@ -26,6 +26,9 @@ from tandem.gateway.model import ModelHandle
 from tandem.gateway.pipeline.prompt import build_prompt
 from tandem.gateway.pipeline.wire_request import build_wire_request
 
+# Many generated cases each: left out of `make test-unit`, run by `make test`.
+pytestmark = pytest.mark.fuzz
+
 # Values at the edges of the types the fields travel as (int32, uint32, int64, float32).
 EDGE_INTS = [0, 1, -1, 16, 17, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63, -(2**63)]
 EDGE_FLOATS = [0.0, -0.0, 1e-45, 1e-300, 0.5, 1.0, 2.0, 2.0000001, 3.4e38, 1e39, 1e308]
@@ -122,8 +125,8 @@ def fuzz(examples: int) -> settings:
 
 
 @pytest.fixture(scope="module")
-def model(qwen_dir: Path) -> ModelHandle:
-    return ModelHandle.from_dir(qwen_dir, "tiny-qwen3-vl")
+def model(qwen_meta_dir: Path) -> ModelHandle:
+    return ModelHandle.from_dir(qwen_meta_dir, "tiny-qwen3-vl")
 
 
 def assert_client_error(err: TandemError) -> None:

@@ -133,7 +133,8 @@ def test_defaults_nulls_and_unknown_fields() -> None:
     )
     assert not request.stream and not request.include_usage
     assert chat(max_tokens=9).sampling().max_tokens == 9
-    assert chat(stream_options={"include_usage": True}).include_usage is False  # not streaming
+    streamed = chat(stream=True, stream_options={"include_usage": False})
+    assert streamed.stream and not streamed.include_usage
 
 
 def test_image_url_as_plain_string() -> None:

@@ -132,6 +132,13 @@ def test_two_constraints_are_refused_naming_the_second() -> None:
         ),
         ({"guided_json": "{not json"}, "invalid_structured_output", "guided_json"),
         ({"guided_json": [1, 2]}, "invalid_request", "guided_json"),
+        # Deeper than Python's recursion limit: once a RecursionError and a 500.
+        ({"guided_json": "[" * 5000 + "]" * 5000}, "invalid_structured_output", "guided_json"),
+        (
+            {"structured_outputs": {"json": '{"a":' * 3000 + "1" + "}" * 3000}},
+            "invalid_structured_output",
+            "structured_outputs.json",
+        ),
         ({"guided_regex": "(unclosed"}, "invalid_structured_output", "guided_regex"),
         ({"guided_regex": ""}, "invalid_request", "guided_regex"),
         ({"guided_choice": []}, "invalid_request", "guided_choice"),

@@ -129,3 +129,84 @@ def test_assistant_calls_and_tool_turns_reach_the_template() -> None:
     rendered = body.template_messages()
     assert rendered[1]["tool_calls"] == [call] and rendered[1]["content"] is None
     assert rendered[2] == {"role": "tool", "content": "done", "tool_call_id": "call_1"}
+
+
+def _pydantic_tools() -> list[dict[str, Any]]:
+    """Two tools as the Agents SDK and LangChain send them: pydantic's schemas, whose nested
+    models and enums live in ``$defs``; both define a ``Unit``, differently."""
+    from enum import StrEnum
+
+    from pydantic import BaseModel
+
+    class Unit(StrEnum):
+        celsius = "celsius"
+        fahrenheit = "fahrenheit"
+
+    class Place(BaseModel):
+        city: str
+        country: str
+
+    class Weather(BaseModel):
+        place: Place
+        unit: Unit
+
+    class Length(StrEnum):  # named Unit in the schema below: a clash with the other tool
+        metre = "m"
+
+    class Distance(BaseModel):
+        start: Place
+        end: Place
+        unit: Length
+
+    distance = Distance.model_json_schema()
+    distance["$defs"]["Unit"] = distance["$defs"].pop("Length")
+    distance["properties"]["unit"] = {"$ref": "#/$defs/Unit"}
+    return [
+        {"type": "function", "function": {"name": n, "parameters": p}}
+        for n, p in (("get_weather", Weather.model_json_schema()), ("distance", distance))
+    ]
+
+
+def test_required_resolves_the_tools_definitions(qwen_meta_dir: Any) -> None:
+    """Nested under the array, each tool's "#/$defs/…" once pointed nowhere: xgrammar refused
+    the schema and the client got 400 invalid_structured_output."""
+    from tandem.engine.structured import StructuredCompiler
+    from tandem.engine.structured_spec import Constraint as EngineConstraint
+
+    tools = _pydantic_tools()
+    constraint = chat(tools=tools, tool_choice="required").sampling().constraint
+    assert constraint is not None and isinstance(constraint.value, str)
+    schema = json.loads(constraint.value)
+    assert set(schema["$defs"]) == {"Place", "Unit", "distance.Unit"}
+    place = {"city": "Paris", "country": "FR"}
+    weather = {"name": "get_weather", "parameters": {"place": place, "unit": "celsius"}}
+    trip = {"name": "distance", "parameters": {"start": place, "end": place, "unit": "m"}}
+    assert jsonschema_rs.is_valid(schema, [weather, trip])
+    wrong_unit = {**trip, "parameters": {**trip["parameters"], "unit": "celsius"}}
+    assert not jsonschema_rs.is_valid(schema, [wrong_unit])  # each tool keeps its own Unit
+    assert not jsonschema_rs.is_valid(schema, [{**weather, "parameters": {"place": {}}}])
+    compiler = StructuredCompiler(qwen_meta_dir, 300)
+    compiler.compile(EngineConstraint("json_schema", constraint.value), [])  # xgrammar takes it
+
+
+FORMAT = {"type": "json_schema", "json_schema": {"name": "Out", "schema": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(
+    "choice", ["required", {"type": "function", "function": {"name": "get_weather"}}]
+)
+@pytest.mark.parametrize("response_format", [FORMAT, {"type": "json_object"}])
+def test_a_forced_call_beside_a_response_format_is_constrained_by_the_call(
+    choice: Any, response_format: dict[str, Any]
+) -> None:
+    """OpenAI accepts both (the format is for text answers, a forced call gives none);
+    instructor's RESPONSES_TOOLS mode and every Agents SDK agent with an output type and a
+    forced tool send them together, and once got a 400."""
+    forced = chat(tools=TOOLS, tool_choice=choice).sampling().constraint
+    both = chat(tools=TOOLS, tool_choice=choice, response_format=response_format)
+    assert both.sampling().constraint == forced
+
+
+def test_vllms_constraint_fields_beside_a_forced_call_stay_refused() -> None:
+    err = refusal(tools=TOOLS, tool_choice="required", structured_outputs={"json": {}})
+    assert err.param == "structured_outputs.json"

@@ -12,8 +12,8 @@ from tandem.gateway.model import ModelHandle
 
 
 @pytest.fixture(scope="session")
-def model(qwen_dir: Path) -> ModelHandle:
-    return ModelHandle.from_dir(qwen_dir, MODEL)
+def model(qwen_meta_dir: Path) -> ModelHandle:
+    return ModelHandle.from_dir(qwen_meta_dir, MODEL)
 
 
 @pytest.fixture(autouse=True)

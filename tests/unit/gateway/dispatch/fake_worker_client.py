@@ -260,7 +260,7 @@ class FakeWorkerClient:
         return pb.GetLoadsResponse()
 
     async def get_tokenizer(self, timeout: float | None = None) -> bytes:
-        raise NotImplementedError("load the model from a directory (qwen_dir) instead")
+        raise NotImplementedError("load the model from a directory (qwen_meta_dir) instead")
 
     async def abort(self, request_ids: Sequence[str], timeout: float | None = None) -> None:
         for request_id in request_ids:

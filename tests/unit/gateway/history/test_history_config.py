@@ -168,6 +168,7 @@ async def test_a_store_that_cannot_start_fails_the_gateway_in_one_line() -> None
     assert "cannot connect" in message and "s3cret-pw" not in message and "\n" not in message
 
 
+@pytest.mark.processes
 def test_the_gateway_process_exits_with_one_line_when_postgres_is_down(
     tmp_path: Path,
 ) -> None:

@@ -1,7 +1,8 @@
 """Fixtures for the gateway multimodal tests: a loopback image origin and the built-in models.
 
-The models come from the session-wide ``qwen_dir`` / ``llava_dir`` fixtures (tests/conftest.py),
-generated once into a temporary TANDEM_CACHE_DIR.
+The models are the session's weightless built-in checkpoints (``qwen_meta_dir`` /
+``llava_meta_dir``, tests/unit/conftest.py): the gateway reads their tokenizer, template
+and processor files only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from mm_gateway_origin import ImageOrigin
 
 from tandem.media import MediaPolicy
 
-BUILTIN_DIR_FIXTURES = {"tiny-qwen3-vl": "qwen_dir", "tiny-llava-1.5": "llava_dir"}
+BUILTIN_DIR_FIXTURES = {"tiny-qwen3-vl": "qwen_meta_dir", "tiny-llava-1.5": "llava_meta_dir"}
 
 
 @pytest.fixture(scope="session")

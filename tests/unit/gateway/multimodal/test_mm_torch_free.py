@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.processes
 def test_gateway_multimodal_imports_no_torch() -> None:
     code = (
         "import sys, tandem.gateway.multimodal\n"

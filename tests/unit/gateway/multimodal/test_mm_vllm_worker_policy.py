@@ -47,7 +47,7 @@ def refused() -> Iterator[ConnectionCounter]:
 
 @pytest.fixture(scope="module")
 def handle(request: pytest.FixtureRequest) -> ModelHandle:
-    return ModelHandle.from_dir(request.getfixturevalue("qwen_dir"), "tiny-qwen3-vl")
+    return ModelHandle.from_dir(request.getfixturevalue("qwen_meta_dir"), "tiny-qwen3-vl")
 
 
 def worker(

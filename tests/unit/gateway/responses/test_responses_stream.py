@@ -18,7 +18,7 @@ from openai.types.responses import ResponseStreamEvent
 
 from tandem.errors import make_error
 from tandem.gateway.api.responses import ChatChunkBuilder, Usage
-from tandem.gateway.responses.objects import ResponseHeader
+from tandem.gateway.responses.objects import Answer, ResponseHeader, output_items
 from tandem.gateway.responses.request import parse_responses_request
 from tandem.gateway.responses.stream import EventWriter
 
@@ -95,6 +95,73 @@ def test_reasoning_then_text_then_calls_are_separate_items() -> None:
     assert final.output[2].arguments == '{"city":"Paris"}' and final.output[2].call_id == "call_a"
     assert final.output[3].name == "get_time"
     assert final.usage.output_tokens_details.reasoning_tokens == len("thinking")
+
+
+def _lp(token: str) -> dict[str, Any]:
+    entry = {"token": token, "logprob": -0.1, "bytes": list(token.encode()), "top_logprobs": []}
+    return {"content": [entry]}
+
+
+def _shape(output: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """An output's items without their ids: what streamed and JSON answers must share."""
+    shaped = []
+    for item in output:
+        if item["type"] == "function_call":
+            shaped.append(("function_call", item["name"], item["arguments"], item["status"]))
+        elif item["type"] == "message":
+            part = item["content"][0]
+            tokens = [lp["token"] for lp in part["logprobs"]]
+            shaped.append(("message", part["text"], tokens, item["status"]))
+        else:
+            shaped.append(("reasoning", item["content"][0]["text"]))
+    return shaped
+
+
+def test_logprobs_only_chunks_open_no_item_and_lose_no_arguments() -> None:
+    """A parsed stream with logprobs sends each frame's logprobs as a chunk of their own
+    before its pieces; those chunks once opened a message, which closed the call with
+    arguments "" (and split reasoning into many items), in the stored copy too."""
+    chunks = [
+        B.start(0),
+        B.delta(0, "", _lp("<think>")),
+        B.reasoning(0, "think"),
+        B.delta(0, "", _lp("ing")),
+        B.reasoning(0, "ing"),
+        B.delta(0, "", _lp("{")),
+        B.call_start(0, 0, "call_a", "get_weather"),
+        B.call_arguments(0, 0, '{"city":'),
+        B.delta(0, "", _lp('"Paris"}')),
+        B.call_arguments(0, 0, ' "Paris"}'),
+        B.finish(0, "tool_calls"),
+    ]
+    w = writer(top_logprobs=0, include=["message.output_text.logprobs"])
+    events = run(w, chunks)
+    final = replay(events)
+    assert [item.type for item in final.output] == ["reasoning", "function_call"]
+    assert final.output[1].arguments == '{"city": "Paris"}'
+    stored = w.output  # what finish() stored, item for item
+    answer = Answer(
+        reasoning="thinking",
+        calls=[("call_a", "get_weather", '{"city": "Paris"}')],
+        finish_reason="tool_calls",
+    )
+    assert _shape(stored) == _shape(output_items(answer))  # the JSON answer's items
+
+
+def test_logprobs_before_their_text_join_the_message() -> None:
+    chunks = [
+        B.start(0),
+        B.delta(0, "", _lp("He")),  # held while the parser waits to see a call or not
+        B.delta(0, "", _lp("llo")),
+        B.delta(0, "Hello"),
+        B.delta(0, "", _lp("!")),
+        B.finish(0, "stop"),
+    ]
+    w = writer(top_logprobs=0, include=["message.output_text.logprobs"])
+    final = replay(run(w, chunks))
+    assert final.output_text == "Hello"
+    assert [lp.token for lp in final.output[0].content[0].logprobs] == ["He", "llo", "!"]
+    assert _shape(w.output) == [("message", "Hello", ["He", "llo", "!"], "completed")]
 
 
 def test_a_cut_answer_ends_incomplete() -> None:

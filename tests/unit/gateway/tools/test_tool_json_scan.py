@@ -54,6 +54,7 @@ def verdict(text: str) -> bool:
     return status is Scan.DONE and not text[end:].strip(" \t\n\r")
 
 
+@pytest.mark.fuzz
 @settings(max_examples=300, deadline=None)
 @given(
     value=JSON_VALUES,

@@ -88,6 +88,7 @@ def test_importing_the_parsers_loads_no_torch() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+@pytest.mark.fuzz
 def test_long_whitespace_runs_stream_in_linear_time() -> None:
     """Held whitespace (it may only separate calls) must not be rescanned on every push."""
     streamers = [

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tools_testing import calls_of, check_well_formed, run, shape, split
@@ -27,6 +28,9 @@ from tandem.gateway.tools import (
     collect,
 )
 from tandem.gateway.tools.hermes import OPEN_TAG, partial_tag
+
+# Many generated cases each: left out of `make test-unit`, run by `make test`.
+pytestmark = pytest.mark.fuzz
 
 JSON_VALUES = st.recursive(
     st.none()

@@ -120,13 +120,16 @@ async def test_the_registry_tells_a_tandem_worker_by_its_marker(tandem: bool) ->
 
 
 async def test_aggregated_worker_path_checks_the_worker_media_ref_schemes(
-    qwen_dir: Path, tmp_path: Path
+    qwen_meta_dir: Path, tmp_path: Path
 ) -> None:
     image = tmp_path / "a.png"
     image.write_bytes(PNG)
     policy = MediaPolicy(allowed_local_path=tmp_path)
     state = vision_state("http,https,data")
-    async with fake_worker(state, tandem=True) as fake, gateway(qwen_dir, fake, media=policy) as c:
+    async with (
+        fake_worker(state, tandem=True) as fake,
+        gateway(qwen_meta_dir, fake, media=policy) as c,
+    ):
         refused = await c.post("/v1/chat/completions", json=chat(image.as_uri()))
         assert refused.status_code == 400, refused.text
         assert refused.json()["error"]["code"] == "media_ref_scheme_not_accepted"
@@ -138,13 +141,16 @@ async def test_aggregated_worker_path_checks_the_worker_media_ref_schemes(
 
 
 async def test_aggregated_worker_path_passes_a_scheme_the_worker_accepts(
-    qwen_dir: Path, tmp_path: Path
+    qwen_meta_dir: Path, tmp_path: Path
 ) -> None:
     image = tmp_path / "a.png"
     image.write_bytes(PNG)
     policy = MediaPolicy(allowed_local_path=tmp_path)
     state = vision_state("http,https,data,file")
-    async with fake_worker(state, tandem=True) as fake, gateway(qwen_dir, fake, media=policy) as c:
+    async with (
+        fake_worker(state, tandem=True) as fake,
+        gateway(qwen_meta_dir, fake, media=policy) as c,
+    ):
         ok = await c.post("/v1/chat/completions", json=chat(image.as_uri()))
         assert ok.status_code == 200, ok.text
     assert [r.media_refs.items[0].url for r in state.generate_requests] == [image.as_uri()]
@@ -152,14 +158,14 @@ async def test_aggregated_worker_path_passes_a_scheme_the_worker_accepts(
 
 @pytest.mark.parametrize("tandem", [False, True])
 async def test_only_a_tandem_worker_is_handed_the_url(
-    qwen_dir: Path, origin: ThreadingHTTPServer, tandem: bool
+    qwen_meta_dir: Path, origin: ThreadingHTTPServer, tandem: bool
 ) -> None:
     url = f"http://127.0.0.1:{origin.server_address[1]}/a.png"
     policy = MediaPolicy(allow_private_hosts=True)
     state = vision_state()
     async with (
         fake_worker(state, tandem=tandem) as fake,
-        gateway(qwen_dir, fake, media=policy) as c,
+        gateway(qwen_meta_dir, fake, media=policy) as c,
     ):
         ok = await c.post("/v1/chat/completions", json=chat(url))
         assert ok.status_code == 200, ok.text
@@ -173,12 +179,15 @@ async def test_only_a_tandem_worker_is_handed_the_url(
 
 
 async def test_a_vllm_worker_without_data_refs_gets_a_clear_400(
-    qwen_dir: Path, origin: ThreadingHTTPServer
+    qwen_meta_dir: Path, origin: ThreadingHTTPServer
 ) -> None:
     url = f"http://127.0.0.1:{origin.server_address[1]}/a.png"
     policy = MediaPolicy(allow_private_hosts=True)
     state = vision_state("http,https")
-    async with fake_worker(state, tandem=False) as fake, gateway(qwen_dir, fake, media=policy) as c:
+    async with (
+        fake_worker(state, tandem=False) as fake,
+        gateway(qwen_meta_dir, fake, media=policy) as c,
+    ):
         refused = await c.post("/v1/chat/completions", json=chat(url))
     assert refused.status_code == 400, refused.text
     assert refused.json()["error"]["code"] == "media_ref_scheme_not_accepted"
