@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -108,3 +109,12 @@ async def wait_until(predicate, timeout: float = 5.0) -> None:
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.005)
+
+
+def sse_chunks(text: str) -> list[dict[str, Any]]:
+    """The JSON chunks of a chat or completions SSE body, in order ([DONE] left out)."""
+    return [
+        json.loads(line[len("data: ") :])
+        for line in text.splitlines()
+        if line.startswith("data: {")
+    ]

@@ -7,11 +7,10 @@ that spells out ``<think>…</think>`` is still parsed: tests/integration/test_g
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from gateway_app_fakes import MODEL, ScriptedDispatcher, client, make_gateway
+from gateway_app_fakes import MODEL, ScriptedDispatcher, client, make_gateway, sse_chunks
 
 ANSWER = '{"colour": "red"}'
 ASKS = {
@@ -32,11 +31,7 @@ async def test_a_constrained_answer_is_content(qwen_meta_dir: Path, ask: str, st
         reply = await http.post("/v1/chat/completions", json={**body, "stream": stream})
     assert reply.status_code == 200, reply.text
     if stream:
-        chunks = [
-            json.loads(line[len("data: ") :])
-            for line in reply.text.splitlines()
-            if line.startswith("data: {")
-        ]
+        chunks = sse_chunks(reply.text)
         deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
         assert "".join(d.get("content") or "" for d in deltas) == ANSWER
         assert not any(d.get("reasoning_content") for d in deltas)

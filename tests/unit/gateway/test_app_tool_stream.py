@@ -6,14 +6,13 @@ can count how many frames the gateway read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
-from gateway_app_fakes import MODEL, ScriptedDispatcher, client, make_gateway
+from gateway_app_fakes import MODEL, ScriptedDispatcher, client, make_gateway, sse_chunks
 
 from tandem.gateway.app import build_app
 from tandem.gateway.context import RequestContext
@@ -96,11 +95,7 @@ async def test_a_named_call_cut_by_max_tokens_is_a_call_either_way(
         reply = await http.post("/v1/chat/completions", json=body)
     assert reply.status_code == 200, reply.text
     if stream:
-        chunks = [
-            json.loads(line[len("data: ") :])
-            for line in reply.text.splitlines()
-            if line.startswith("data: {")
-        ]
+        chunks = sse_chunks(reply.text)
         deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
         calls = [call for d in deltas for call in d.get("tool_calls") or []]
         content = "".join(d.get("content") or "" for d in deltas)
