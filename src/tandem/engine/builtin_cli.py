@@ -57,14 +57,15 @@ def run_train(args: argparse.Namespace) -> int:
     if args.out is None and not args.ship:
         print("tandem models train: give --out DIR, --ship, or both", file=sys.stderr)
         return 2
-    if args.out is not None and args.out.exists() and any(args.out.iterdir()):
-        print(f"tandem models train: {args.out} exists and is not empty", file=sys.stderr)
-        return 2
     scratch = None if args.out is not None else Path(tempfile.mkdtemp(prefix="tandem-train-"))
     out = args.out if args.out is not None else scratch / args.name
     started = time.monotonic()
     try:
-        train_checkpoint(args.name, out)
+        try:
+            train_checkpoint(args.name, out)
+        except FileExistsError as exc:  # checked before anything is trained
+            print(f"tandem models train: {exc}", file=sys.stderr)
+            return 2
         print(f"tandem: trained {args.name} in {time.monotonic() - started:.0f} s", file=sys.stderr)
         if args.out is not None:
             print(f"tandem: checkpoint written to {out}", file=sys.stderr)
