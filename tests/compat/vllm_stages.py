@@ -88,6 +88,9 @@ class Engines:
     def embedded_worker(self) -> Proc:
         if self.embedded is None:
             args = ["worker", "--role", "both", "--model", self.model, "--host", "127.0.0.1"]
+            # vLLM's JSON grammars take any whitespace (the lane starts vLLM with its default);
+            # Tandem's are compact unless told, and the answers are compared token for token.
+            args += ["--json-whitespace", "any"]
             proc, ready = start([*args, "--port", "0", "--log-level", "warning"])
             self.embedded = wait_ready(proc, ready)
         return self.embedded

@@ -57,10 +57,8 @@ TOOLS = [
     },
 ]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
-# JSON grammars allow any whitespace (as vLLM's do); a random-weight model may pick it
-# forever. A bias against tab, newline, carriage return and space (ids = bytes in the
-# built-in models) lets the forced calls finish.
-NO_WHITESPACE = {str(b): -100 for b in b"\t\n\r "}
+# No logit_bias against whitespace: the workers' JSON grammars are compact by default
+# (worker --json-whitespace), so a forced call cannot be padded until max_tokens.
 PD_GATEWAYS = {"qwen": ["pd", "pd-worker-path"], "llava": ["pd", "lmo"]}
 
 
@@ -174,7 +172,7 @@ FORCED = {
 def test_forced_calls_are_valid_identical_under_pd_and_streamed(
     procs: dict[str, Proc], family: str, choice: str
 ) -> None:
-    extra = {"tools": TOOLS, "logit_bias": NO_WHITESPACE, **FORCED[choice]}
+    extra = {"tools": TOOLS, **FORCED[choice]}
     reference = ask(procs[f"{family}-agg"], family, **extra)
     names = {"get_weather"} if choice == "named" else set(SCHEMAS)
     # A named choice ends "stop", as OpenAI's and vLLM's do: the client chose the call.
@@ -186,19 +184,47 @@ def test_forced_calls_are_valid_identical_under_pd_and_streamed(
             assert ask(procs[f"{family}-{name}"], family, stream, **extra) == reference, name
 
 
+@pytest.mark.parametrize("family", MODELS)
+def test_required_with_two_tools_finishes_well_under_128_tokens_through_pd(
+    procs: dict[str, Proc], family: str
+) -> None:
+    """What LangChain (``tool_choice="any"``), litellm and openai-agents send: with JSON
+    grammars that allowed any whitespace, both models padded until ``max_tokens``."""
+    for name in PD_GATEWAYS[family]:
+        for question, seed in (("What is the weather there?", 3), ("Zoom in please", None)):
+            reply = client(procs[f"{family}-{name}"]).chat.completions.create(
+                model=MODELS[family],
+                messages=[user_turn(question, seed)],
+                tools=TOOLS,
+                tool_choice="required",
+                parallel_tool_calls=False,
+                max_tokens=128,
+                temperature=0,
+            )
+            choice = reply.choices[0]
+            assert choice.finish_reason == "tool_calls", (name, choice)
+            assert reply.usage is not None and reply.usage.completion_tokens < 100, reply.usage
+            (call,) = choice.message.tool_calls or []
+            assert jsonschema_rs.is_valid(
+                SCHEMAS[call.function.name], json.loads(call.function.arguments)
+            )
+
+
 def test_required_with_parallel_calls_allows_several(procs: dict[str, Proc]) -> None:
-    answer = ask(
-        procs["qwen-pd"],
-        "qwen",
-        tools=TOOLS,
-        tool_choice="required",
-        logit_bias=NO_WHITESPACE,
-        max_tokens=200,
+    """The tiny models repeat calls until the limit; cut there, the calls begun are calls
+    (the last with its arguments so far), streamed or not."""
+    answer = ask(procs["qwen-pd"], "qwen", tools=TOOLS, tool_choice="required", max_tokens=200)
+    assert (
+        ask(procs["qwen-pd"], "qwen", True, tools=TOOLS, tool_choice="required", max_tokens=200)
+        == answer
     )
     if answer["finish"] == "tool_calls":
         assert_valid_calls(answer, set(SCHEMAS))
-    else:  # cut off inside the array: what arrived stays content, never a 500
-        assert answer["finish"] == "length" and answer["content"].startswith("[")
+    else:
+        assert answer["finish"] == "length" and answer["content"] is None, answer
+        assert len(answer["calls"]) >= 2
+        whole = {**answer, "finish": "tool_calls", "calls": answer["calls"][:-1]}
+        assert_valid_calls(whole, set(SCHEMAS))
 
 
 def test_a_second_turn_with_calls_and_results_is_templated_like_transformers(
@@ -322,3 +348,39 @@ def test_auto_without_parallel_calls_keeps_the_first(procs: dict[str, Proc]) -> 
         answer = ask(procs["qwen-pd"], "qwen", stream, **single)
         assert len(answer["calls"]) == 1, answer
         assert_valid_calls(answer, {"zoom"})
+
+
+ANSWER = {
+    "type": "object",
+    "properties": {"colour": {"enum": ["red", "green", "blue"]}},
+    "required": ["colour"],
+    "additionalProperties": False,
+}
+ANSWER_FORMAT = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER}}
+# "<" (the built-in models' ids are the bytes): the first character of a <tool_call> block.
+TOWARDS_A_CALL = {str(ord("<")): 100}
+
+
+@pytest.mark.parametrize("family", MODELS)
+def test_auto_with_a_response_format_may_call_or_answer_in_the_format(
+    procs: dict[str, Proc], family: str
+) -> None:
+    """One grammar over both: a call in the model's own syntax, or the formatted answer.
+    Held to the format alone (vLLM's way), a call could never be written: steered towards
+    one, the model still had to answer JSON."""
+    for name in PD_GATEWAYS[family]:
+        gateway = procs[f"{family}-{name}"]
+        common = {"tools": TOOLS, "response_format": ANSWER_FORMAT, "max_tokens": 96}
+        answer = ask(gateway, family, **common)
+        assert answer["finish"] == "stop" and not answer["calls"], answer
+        assert jsonschema_rs.is_valid(ANSWER, json.loads(answer["content"])), answer
+        steer = {"logit_bias": TOWARDS_A_CALL, "parallel_tool_calls": False, **common}
+        called = ask(gateway, family, **steer)
+        assert_valid_calls(called, set(SCHEMAS))
+        assert len(called["calls"]) == 1, called
+        assert ask(gateway, family, True, **steer) == called
+        # Parallel calls allowed, the tiny models may repeat them until the limit: cut, the
+        # calls begun are calls all the same.
+        several = ask(gateway, family, logit_bias=TOWARDS_A_CALL, **common)
+        assert several["calls"][0] == called["calls"][0], several
+        assert several["finish"] in ("tool_calls", "length"), several

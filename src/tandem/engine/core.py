@@ -78,6 +78,8 @@ class EmbeddedEngine:
         prefix_cache: PrefixCache,
         kv_store: KvStore,
         block_size: int = 16,
+        *,
+        json_any_whitespace: bool = False,
     ) -> None:
         self.runner = runner
         self.prefix_cache = prefix_cache
@@ -91,7 +93,9 @@ class EmbeddedEngine:
         self._thread = threading.Thread(target=self._loop, name="tandem-engine", daemon=True)
         # Built on the first constrained request: a worker that never sees one never loads
         # xgrammar or the tokenizer.
-        self._structured = StructuredCompiler(runner.info.model_dir, runner.shape.vocab_size)
+        self._structured = StructuredCompiler(
+            runner.info.model_dir, runner.shape.vocab_size, any_whitespace=json_any_whitespace
+        )
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -3,10 +3,17 @@
 Built the way vLLM builds it, so that the token masks are the same: one
 ``xgr.GrammarCompiler`` per model (its cache keeps compiled grammars), made from
 ``TokenizerInfo.from_huggingface`` over the checkpoint's own tokenizer with the model's
-vocabulary size; JSON schemas compile with ``any_whitespace=True``; ``json_object`` is the
-schema ``{"type": "object"}``; a choice list is an EBNF alternation; a grammar that looks
-like Lark compiles as Lark, else as EBNF (GBNF). Each sample gets its own matcher whose stop
-tokens are the model's eos ids plus the request's ``stop_token_ids``.
+vocabulary size; ``json_object`` is the schema ``{"type": "object"}``; a choice list is an
+EBNF alternation; a grammar that looks like Lark compiles as Lark, else as EBNF (GBNF).
+Each sample gets its own matcher whose stop tokens are the model's eos ids plus the
+request's ``stop_token_ids``.
+
+One choice differs from vLLM's default: JSON (schemas, ``json_object``, forced tool calls)
+compiles **compact** unless the worker runs with ``--json-whitespace any``. vLLM lets the
+grammar take any run of whitespace between JSON tokens, which a model can pick forever and
+so never finish (a forced call padded until ``max_tokens``); compact JSON is vLLM's
+``disable_any_whitespace`` (one space after ``,`` and ``:``, nothing else), and still the
+same documents (docs/operations.md, "Structured outputs").
 
 xgrammar is imported on first use: a worker without it starts and serves everything but
 constrained requests, which it refuses (``unsupported_parameter``). Where a step applies
@@ -108,9 +115,12 @@ class StructuredCompiler:
     guarded.
     """
 
-    def __init__(self, model_dir: str | Path, vocab_size: int) -> None:
+    def __init__(
+        self, model_dir: str | Path, vocab_size: int, *, any_whitespace: bool = False
+    ) -> None:
         self.model_dir = Path(model_dir)
         self.vocab_size = vocab_size
+        self.any_whitespace = any_whitespace
         self._lock = threading.Lock()
         self._compiler: Any = None
 
@@ -120,7 +130,7 @@ class StructuredCompiler:
         xgr = xgrammar()
         compiler = self._get_compiler(xgr)
         try:
-            grammar = _compile(xgr, compiler, constraint)
+            grammar = _compile(xgr, compiler, constraint, self.any_whitespace)
         except StructuredOutputError:
             raise
         except Exception as exc:
@@ -143,12 +153,12 @@ class StructuredCompiler:
             return self._compiler
 
 
-def _compile(xgr: ModuleType, compiler: Any, constraint: Constraint) -> Any:
+def _compile(xgr: ModuleType, compiler: Any, constraint: Constraint, any_whitespace: bool) -> Any:
     kind, spec = constraint.kind, constraint.spec
     if kind == "json_schema":
-        return compiler.compile_json_schema(spec, any_whitespace=True)
+        return compiler.compile_json_schema(spec, any_whitespace=any_whitespace)
     if kind == "json_object":
-        return compiler.compile_json_schema('{"type": "object"}', any_whitespace=True)
+        return compiler.compile_json_schema('{"type": "object"}', any_whitespace=any_whitespace)
     if kind == "regex":
         return compiler.compile_regex(spec)
     if kind == "choice":

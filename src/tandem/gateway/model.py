@@ -17,6 +17,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from tandem.gateway.logprobs import TokenStrings
+from tandem.gateway.tokenizing import encode_ids
 from tandem.models.chat import ChatTemplate
 from tandem.models.info import ModelInfo, load_model_info
 from tandem.models.processor import ImageProcessor, load_processor
@@ -73,4 +74,5 @@ class ModelHandle:
             return cls.from_dir(target, model_id)
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        """Blocking; a long text is encoded without holding the GIL (gateway/tokenizing.py)."""
+        return encode_ids(self.tokenizer, text)

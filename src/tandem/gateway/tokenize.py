@@ -5,8 +5,10 @@ serves the model with; no worker is called. A chat request's tokens are the ones
 route would send a worker: the same template rendering and tokenization
 (``pipeline/prompt.py``), and each image's anchor expanded to the image's own token run by
 the router path's processing (fetched under the gateway's media policy, decoded,
-preprocessed, counted; the pixels are dropped). See docs/operations.md, "Tokenize and
-detokenize".
+preprocessed, counted; the pixels are dropped). Each request holds an admission slot from
+before its body is read, as a generation request does, and long inputs are tokenized off the
+event loop without holding the GIL (``gateway/tokenizing.py``). See docs/operations.md,
+"Tokenize and detokenize".
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from tokenizers import Tokenizer
 
 from tandem.errors import TandemError, make_error
 from tandem.gateway.api.responses import error_response, json_response
@@ -33,26 +36,33 @@ from tandem.gateway.model import ModelHandle
 from tandem.gateway.multimodal.process import process_images
 from tandem.gateway.multimodal.videos import process_videos
 from tandem.gateway.pipeline.media import checked_media_plan
-from tandem.gateway.pipeline.prompt import INLINE_PROMPT_CHARS, check_takes_video, render_chat
+from tandem.gateway.pipeline.prompt import check_takes_video, render_chat
 from tandem.gateway.pipeline.run import ClientGone
 from tandem.gateway.state import GatewayState
+from tandem.gateway.tokenizing import (
+    INLINE_CHARS,
+    INLINE_TOKENS,
+    decode_ids,
+    encode_ids,
+    json_in_pieces,
+    more_text_than,
+    off_loop_if,
+    parse_large_off_loop,
+)
 from tandem.models.placeholders import expand_media
 
 log = logging.getLogger("tandem.gateway")
-T = TypeVar("T")
 
 TOKENIZE_PATHS = ("/tokenize", "/v1/tokenize")
 DETOKENIZE_PATHS = ("/detokenize", "/v1/detokenize")
-# Token ids a detokenize request decodes on the event loop; more go to a thread.
-INLINE_DECODE_TOKENS = 4096
 
 
 def tokenize_routes(state: GatewayState) -> list[Route]:
     async def tokenize(request: Request) -> Response:
-        return await _answer(request, lambda inbound: _tokenize(state, inbound))
+        return await _answer(state, request, lambda inbound: _tokenize(state, inbound))
 
     async def detokenize(request: Request) -> Response:
-        return await _answer(request, lambda inbound: _detokenize(state, inbound))
+        return await _answer(state, request, lambda inbound: _detokenize(state, inbound))
 
     return [
         *(Route(path, tokenize, methods=["POST"]) for path in TOKENIZE_PATHS),
@@ -60,9 +70,18 @@ def tokenize_routes(state: GatewayState) -> list[Route]:
     ]
 
 
-async def _answer(request: Request, work: Callable[[HttpInbound], Any]) -> Response:
+async def _answer(
+    state: GatewayState, request: Request, work: Callable[[HttpInbound], Any]
+) -> Response:
+    slot = None
     try:
-        return json_response(await work(HttpInbound(request)))
+        # A slot first, as for generation: a 2 MiB body tokenizes for seconds of CPU, and
+        # --max-concurrent-requests is what bounds how many do at once.
+        slot = await state.admission.acquire(state.config.request_timeout_s)
+        answer = await work(HttpInbound(request))
+        if isinstance(answer, bytes):  # serialized off the event loop already
+            return Response(answer, media_type="application/json")
+        return json_response(answer)
     except TandemError as err:
         return error_response(err)
     except ClientGone:
@@ -70,6 +89,9 @@ async def _answer(request: Request, work: Callable[[HttpInbound], Any]) -> Respo
     except Exception:
         log.exception("unexpected failure on %s", request.url.path)
         return error_response(make_error("internal_error", "internal error; see the gateway log"))
+    finally:
+        if slot is not None:
+            slot.release()
 
 
 async def _served_model(state: GatewayState, name: str | None) -> ModelHandle:
@@ -81,50 +103,45 @@ async def _served_model(state: GatewayState, name: str | None) -> ModelHandle:
     return model
 
 
-async def _off_loop_if(big: bool, work: Callable[[], T]) -> T:
-    # Rendering, encoding and decoding cost about a microsecond a character: small inputs
-    # stay on the event loop (a thread hop costs more), large ones leave it free.
-    return await asyncio.to_thread(work) if big else work()
-
-
-async def _tokenize(state: GatewayState, inbound: HttpInbound) -> dict[str, Any]:
+async def _tokenize(state: GatewayState, inbound: HttpInbound) -> dict[str, Any] | bytes:
     config = state.config
-    body = parse_tokenize_request(await inbound.read_body(config.max_payload_size))
+    raw = await inbound.read_body(config.max_payload_size)
+    body = await parse_large_off_loop(raw, parse_tokenize_request)
     model = await _served_model(state, body.model)
     if isinstance(body, TokenizePromptRequest):
         text = body.prompt
-        ids = await _off_loop_if(
-            len(text) > INLINE_PROMPT_CHARS,
-            lambda: model.tokenizer.encode(text, add_special_tokens=body.add_special_tokens).ids,
+        ids = await off_loop_if(
+            len(text) > INLINE_CHARS,
+            lambda: encode_ids(model.tokenizer, text, body.add_special_tokens),
         )
     else:
-        ids = await _off_loop_if(
-            _chat_chars(body) > INLINE_PROMPT_CHARS, lambda: chat_prompt_ids(model, body)
-        )
+        rendered = [body.template_messages(), body.template_tools()]
+        ids = await off_loop_if(more_text_than(rendered), lambda: chat_prompt_ids(model, body))
         parts = body.media_parts()
         if parts:
             ids = await inbound.until_disconnect(expand_images(state, model, ids, parts))
-    strings = None
-    if body.return_token_strs:
-        # vLLM's token_strs: each id's vocabulary entry (e.g. "Ġworld"), not decoded text.
-        strings = [model.tokenizer.id_to_token(token) or "" for token in ids]
-    return {
+    answer = {
         "count": len(ids),
         "max_model_len": model.info.max_context,
         "tokens": ids,
-        "token_strs": strings,
+        "token_strs": None,
     }
+    many = len(ids) > INLINE_TOKENS
+    return await off_loop_if(
+        many, lambda: _tokenize_answer(model, answer, body.return_token_strs, many)
+    )
 
 
-def _chat_chars(body: TokenizeChatRequest) -> int:
-    total = 0
-    for message in body.messages:
-        content = message.content
-        if isinstance(content, str):
-            total += len(content)
-        elif content:
-            total += sum(len(getattr(part, "text", "")) for part in content)
-    return total
+def _tokenize_answer(
+    model: ModelHandle, answer: dict[str, Any], strings: bool, many: bool
+) -> dict[str, Any] | bytes:
+    """The answer, with ``token_strs`` when asked; many ids come back serialized already,
+    in pieces (``json_in_pieces``), so that no single call holds the GIL for long."""
+    if strings:
+        # vLLM's token_strs: each id's vocabulary entry (e.g. "Ġworld"), not decoded text.
+        to_token = model.tokenizer.id_to_token
+        answer["token_strs"] = [to_token(token) or "" for token in answer["tokens"]]
+    return json_in_pieces(answer) if many else answer
 
 
 def chat_prompt_ids(model: ModelHandle, body: TokenizeChatRequest) -> list[int]:
@@ -136,7 +153,7 @@ def chat_prompt_ids(model: ModelHandle, body: TokenizeChatRequest) -> list[int]:
     )
     if body.continue_final_message:
         text = open_final_message(text, body.final_text())
-    return model.tokenizer.encode(text, add_special_tokens=body.add_special_tokens).ids
+    return encode_ids(model.tokenizer, text, body.add_special_tokens)
 
 
 def open_final_message(rendered: str, final: str | None) -> str:
@@ -172,15 +189,13 @@ async def expand_images(
     ``parts``: ``(modality, url)`` in the order written. The checks, the fetch and the
     processing are the router path's (``pipeline/media.py``): the same refusals, the
     in-flight budget charged while the media are decoded, within ``--request-timeout-secs``.
-    The request holds an admission slot meanwhile, as a generation request fetching media
-    does.
+    The caller holds the request's admission slot.
     """
     config = state.config
     workers = state.registry.workers(model_id=model.model_id)
     plan = checked_media_plan(model, parts, ids, workers, config)
     info = model.info
     timeout = config.request_timeout_s
-    slot = await state.admission.acquire(timeout)
     lease = state.pixel_budget.lease()
     image_runs: list[list[int]] = []
     video_runs: list[list[int]] = []
@@ -216,7 +231,6 @@ async def expand_images(
         ) from None
     finally:
         lease.release()
-        slot.release()
     expanded, _, _ = expand_media(
         ids, info.anchor_token_id, image_runs, info.video_token_id, video_runs
     )
@@ -224,10 +238,18 @@ async def expand_images(
 
 
 async def _detokenize(state: GatewayState, inbound: HttpInbound) -> dict[str, Any]:
-    body = parse_detokenize_request(await inbound.read_body(state.config.max_payload_size))
+    raw = await inbound.read_body(state.config.max_payload_size)
+    body = await parse_large_off_loop(raw, parse_detokenize_request)
     model = await _served_model(state, body.model)
-    tokenizer = model.tokenizer
-    unknown = [token for token in body.tokens if tokenizer.id_to_token(token) is None]
+    tokens = body.tokens
+    text = await off_loop_if(
+        len(tokens) > INLINE_TOKENS, lambda: _checked_decode(model.tokenizer, tokens)
+    )
+    return {"prompt": text}
+
+
+def _checked_decode(tokenizer: Tokenizer, tokens: list[int]) -> str:
+    unknown = [token for token in tokens if tokenizer.id_to_token(token) is None]
     if unknown:
         raise make_error(
             "invalid_request",
@@ -235,9 +257,4 @@ async def _detokenize(state: GatewayState, inbound: HttpInbound) -> dict[str, An
             f"({tokenizer.get_vocab_size(with_added_tokens=True)} tokens)",
             param="tokens",
         )
-    tokens = body.tokens
-    text = await _off_loop_if(
-        len(tokens) > INLINE_DECODE_TOKENS,
-        lambda: tokenizer.decode(tokens, skip_special_tokens=False),
-    )
-    return {"prompt": text}
+    return decode_ids(tokenizer, tokens, skip_special_tokens=False)

@@ -13,8 +13,12 @@ idempotently, so every exit path may release.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import threading
 from collections.abc import Callable
 from typing import TypeVar
+
+from tandem.media.executor import media_executor
 
 T = TypeVar("T")
 
@@ -111,13 +115,21 @@ class ByteBudget:
         """Called after every change of ``used`` (e.g. to publish a gauge)."""
 
 
-async def run_in_thread_holding(lease: ByteLease | None, func: Callable[[], T]) -> T:
-    """``func()`` in a worker thread; ``lease`` is released when the thread is done.
+async def run_in_thread_holding(
+    lease: ByteLease | None, func: Callable[[], T], *, cancel: threading.Event | None = None
+) -> T:
+    """``func()`` on the media pool (media/executor.py); ``lease`` is released when it ends.
 
-    A thread cannot be stopped: if the caller is cancelled (a timeout, a client gone), the
-    decode goes on and its memory stays in use, so its bytes stay charged until it ends.
+    A thread cannot be stopped from outside: if the caller is cancelled (a timeout, a client
+    gone), ``cancel`` is set, for a ``func`` that checks it between steps (video decode
+    does, between frames) to return early; until the thread has really ended its memory is
+    in use, so its bytes stay charged. A call still queued for a pool thread never starts.
     """
-    work = asyncio.ensure_future(asyncio.to_thread(func))
+    loop = asyncio.get_running_loop()
+    call = contextvars.copy_context().run
+    submitted = media_executor().submit(call, func)
+    # Never cancelled itself: it is done only when the thread is (or the call never ran).
+    work = asyncio.wrap_future(submitted, loop=loop)
 
     def finished(task: asyncio.Future[T]) -> None:
         if lease is not None:
@@ -126,4 +138,10 @@ async def run_in_thread_holding(lease: ByteLease | None, func: Callable[[], T]) 
             task.exception()  # retrieved here, so an abandoned failure is not logged as lost
 
     work.add_done_callback(finished)
-    return await asyncio.shield(work)
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        if cancel is not None:
+            cancel.set()
+        submitted.cancel()  # only takes effect while the call is still queued
+        raise

@@ -9,6 +9,7 @@ from pathlib import Path
 from tandem.media.policy import MediaPolicy, MiB
 
 _DEFAULTS = MediaPolicy()
+_MEGA = 1_000_000
 
 
 def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
@@ -102,6 +103,26 @@ def add_video_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="at most this many frames sampled per video (default: the processor's cap)",
     )
+    parser.add_argument(
+        "--mm-max-video-frames-decoded",
+        type=_positive(int),
+        default=_DEFAULTS.max_video_frames_decoded,
+        help="frames decoded per video (all of them up to the last sampled one): a clip with "
+        "more is refused before decoding, and decoding stops there whatever the header said",
+    )
+    parser.add_argument(
+        "--mm-max-video-megapixels-decoded",
+        type=_positive(float),
+        default=_DEFAULTS.max_video_pixels_decoded / _MEGA,
+        help="frames decoded per video times their pixels, in millions (default: 18 000 "
+        "frames of 1920x1080); bounds the decode CPU of large frames",
+    )
+    parser.add_argument(
+        "--mm-max-video-source-fps",
+        type=_positive(float),
+        default=_DEFAULTS.max_video_source_fps,
+        help="a video whose container declares a higher frame rate is refused",
+    )
 
 
 def _at_least_two(raw: str) -> int:
@@ -127,4 +148,7 @@ def media_policy_from_args(args: argparse.Namespace) -> MediaPolicy:
         max_video_seconds=args.mm_max_video_seconds,
         video_fps=args.mm_video_fps,
         max_video_frames=args.mm_max_video_frames,
+        max_video_frames_decoded=args.mm_max_video_frames_decoded,
+        max_video_pixels_decoded=max(1, round(args.mm_max_video_megapixels_decoded * _MEGA)),
+        max_video_source_fps=args.mm_max_video_source_fps,
     )

@@ -46,6 +46,16 @@ class MediaPolicy:
     max_video_seconds: float = 600.0
     video_fps: float | None = None
     max_video_frames: int | None = None
+    # Decode work per video. Frames are decoded from the start, every one up to the last
+    # sampled frame (the last frame of the clip), so CPU grows with the frames and pixels a
+    # clip holds, not with the frames sampled. 18 000 frames is the longest clip the duration
+    # cap admits at 30 fps; the pixel cap is those frames at 1920x1080, so that large frames
+    # cannot cost more than that (docs/operations.md, "Memory bounds for images").
+    max_video_frames_decoded: int = 18_000
+    max_video_pixels_decoded: int = 18_000 * 1920 * 1080
+    # A declared rate above this is not a camera's: it only shrinks the duration the caps
+    # see (30 000 frames at 3000 fps "last" 10 s), so such a clip is refused.
+    max_video_source_fps: float = 240.0
 
     def __post_init__(self) -> None:
         # Normalise so that matching is a plain comparison later; frozen dataclasses allow
@@ -72,6 +82,12 @@ class MediaPolicy:
             raise ValueError(f"video_fps must be positive, got {self.video_fps}")
         if self.max_video_frames is not None and self.max_video_frames < 2:
             raise ValueError(f"max_video_frames must be at least 2, got {self.max_video_frames}")
+        for name in ("max_video_frames_decoded", "max_video_pixels_decoded"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not self.max_video_source_fps > 0:
+            fps = self.max_video_source_fps
+            raise ValueError(f"max_video_source_fps must be positive, got {fps}")
 
     def for_video(self) -> MediaPolicy:
         """This policy with the per-video byte cap in place of the per-image one."""

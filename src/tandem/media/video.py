@@ -5,12 +5,19 @@ container's header (frame count, rate, size, duration) without decoding a frame,
 :func:`decode_frames` decodes the stream once, in order, keeping only the frames a
 processor sampled. Frame ``k`` is the ``k``-th frame the decoder returns, the numbering
 vLLM's OpenCV loader uses too (docs/pd-contract.md §4, "Video").
+
+Decoding from the start means every frame up to the last sampled one is decoded, so the
+work is bounded twice: from the header before decoding (frames, frames times pixels, and
+the declared rate, which the duration cap trusts), and by a :class:`DecodeGuard` counting
+what the decoder is really fed and returns, which also stops the decode once its request
+has ended.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -85,11 +92,29 @@ def probe_video(data: bytes, policy: MediaPolicy) -> VideoHeader:
             f"video frames of {width}x{height} pixels exceed the limit of "
             f"{policy.max_image_pixels} pixels per frame"
         )
+    if fps > policy.max_video_source_fps:
+        # Checked before the duration: an inflated rate is how a long clip passes as short.
+        raise MediaTooLarge(
+            f"the video declares {fps:g} frames per second; at most "
+            f"{policy.max_video_source_fps:g} are accepted"
+        )
     header = VideoHeader(frames, fps, width, height)
     if header.duration_s > policy.max_video_seconds:
         raise MediaTooLarge(
             f"the video lasts {header.duration_s:.1f} s; at most "
             f"{policy.max_video_seconds:g} s are accepted"
+        )
+    # Sampling always keeps the last frame, so decoding goes through every frame: the
+    # header's whole count is what a decode costs, however few frames are sampled.
+    if frames > policy.max_video_frames_decoded:
+        raise MediaTooLarge(
+            f"the video has {frames} frames; at most {policy.max_video_frames_decoded} "
+            "are decoded per video"
+        )
+    if frames * width * height > policy.max_video_pixels_decoded:
+        raise MediaTooLarge(
+            f"the video's {frames} frames of {width}x{height} pixels are more than the "
+            f"{policy.max_video_pixels_decoded} pixels decoded per video"
         )
     return header
 
@@ -102,18 +127,103 @@ def _stream_seconds(stream: Any, container: Any) -> float:
     return 0.0
 
 
-def decode_frames(data: bytes, indices: Sequence[int], header: VideoHeader) -> np.ndarray:
+class DecodeCancelled(Exception):
+    """The request a decode was for has ended (a timeout, a client gone): nobody awaits it.
+
+    Not a ``MediaError``: it is not the client's media that failed.
+    """
+
+
+class DecodeGuard:
+    """One video's decode work so far, held to the policy's caps, and its request's end.
+
+    Counted while decoding, not read from the header: a unit of work is a packet fed to
+    the decoder or a frame it returns, whichever there are more of (a decoder may take
+    packets it never returns a frame for, a packet may hold several frames), each at the
+    size the decoder is at then. So a container that under-declares its frames, or a stream
+    that grows its frames midway, stops at the caps. ``cancel`` is checked at every step.
+    """
+
+    __slots__ = ("_cancel", "_policy", "_work", "frames_returned", "packets", "pixels")
+
+    def __init__(self, policy: MediaPolicy, cancel: threading.Event | None = None) -> None:
+        self._policy = policy
+        self._cancel = cancel
+        self._work = 0
+        self.packets = 0  # non-empty packets handed to the decoder
+        self.frames_returned = 0
+        self.pixels = 0  # pixels decoded (or being decoded), per unit of work
+
+    @property
+    def frames(self) -> int:
+        """Frames decoded or being decoded: the units of work so far."""
+        return self._work
+
+    def packet(self, size: int, width: int, height: int) -> None:
+        """Before a packet goes to the decoder (``size`` 0: the flush at the end)."""
+        self.packets += size > 0
+        self._charge(width, height)
+
+    def frame(self, width: int, height: int) -> None:
+        """For each frame the decoder returns."""
+        self.frames_returned += 1
+        self._charge(width, height)
+
+    def _charge(self, width: int, height: int) -> None:
+        if self._cancel is not None and self._cancel.is_set():
+            raise DecodeCancelled(f"decoding stopped after {self._work} frames: request ended")
+        policy = self._policy
+        if width * height > policy.max_image_pixels:
+            raise MediaTooLarge(
+                f"the video has frames of {width}x{height} pixels midway; at most "
+                f"{policy.max_image_pixels} pixels per frame are accepted"
+            )
+        work = max(self.packets, self.frames_returned)
+        self.pixels += (work - self._work) * width * height
+        self._work = work
+        if work > policy.max_video_frames_decoded:
+            raise MediaTooLarge(
+                f"the video holds more than {policy.max_video_frames_decoded} frames to "
+                "decode (more than its container declared); decoding stopped there"
+            )
+        if self.pixels > policy.max_video_pixels_decoded:
+            raise MediaTooLarge(
+                f"the video holds more than {policy.max_video_pixels_decoded} pixels to "
+                "decode (more than its container declared); decoding stopped there"
+            )
+
+
+def _decoded(container: Any, stream: Any, guard: DecodeGuard) -> Iterator[Any]:
+    """The stream's frames in order, every packet charged before it is decoded."""
+    context = stream.codec_context
+    for packet in container.demux(stream):
+        guard.packet(packet.size, int(context.width), int(context.height))
+        for frame in packet.decode():
+            guard.frame(int(frame.width), int(frame.height))
+            yield frame
+
+
+def decode_frames(
+    data: bytes,
+    indices: Sequence[int],
+    header: VideoHeader,
+    guard: DecodeGuard | None = None,
+) -> np.ndarray:
     """RGB uint8 ``[len(indices), H, W, 3]``: the frames at ``indices`` (ascending).
 
     Decodes from the start (seeking is inexact for most codecs), converting only the kept
     frames. A stream that ends early repeats its last decoded frame for the missing
     indices, as vLLM's loader does, so a container that over-counts still yields a video.
+    ``guard`` (default: the default policy's caps, no cancellation) counts the work and
+    raises ``MediaTooLarge`` past its caps, ``DecodeCancelled`` once cancelled.
     """
     if not indices:
         raise ValueError("no frames to decode")
     wanted = list(indices)
     if wanted != sorted(wanted) or wanted[0] < 0:
         raise ValueError(f"frame indices must be ascending and non-negative: {wanted[:8]}")
+    if guard is None:
+        guard = DecodeGuard(MediaPolicy())
     out = np.empty((len(wanted), header.height, header.width, 3), dtype=np.uint8)
     import av
 
@@ -125,7 +235,7 @@ def decode_frames(data: bytes, indices: Sequence[int], header: VideoHeader) -> n
         # (a 10 s 720p H.264 clip here: 0.33 s vs 0.24 s), and the gateway's CPU is what
         # every other request shares.
         stream.thread_type = "NONE"
-        for index, frame in enumerate(container.decode(stream)):
+        for index, frame in enumerate(_decoded(container, stream, guard)):
             if index < wanted[filled]:
                 continue
             rgb = frame.to_ndarray(format="rgb24")

@@ -16,7 +16,7 @@ import numpy as np
 
 from tandem.media.errors import MediaDecodeFailed
 from tandem.media.policy import MediaPolicy
-from tandem.media.video import VideoHeader, decode_frames, probe_video
+from tandem.media.video import DecodeGuard, VideoHeader, decode_frames, probe_video
 from tandem.models.info import ModelInfo
 from tandem.models.video import (
     PreprocessedVideo,
@@ -67,10 +67,17 @@ def plan_video(blob: bytes, policy: MediaPolicy, processor: QwenVideoProcessor) 
 
 
 def decode_video(
-    blob: bytes, plan: VideoPlan, processor: QwenVideoProcessor, raw: bool = True
+    blob: bytes,
+    plan: VideoPlan,
+    processor: QwenVideoProcessor,
+    raw: bool = True,
+    guard: DecodeGuard | None = None,
 ) -> PreprocessedVideo:
-    """Decode the sampled frames and preprocess them (CPU-bound: run it off the loop)."""
-    frames = decode_frames(blob, plan.sampling.indices, plan.header)
+    """Decode the sampled frames and preprocess them (CPU-bound: run it off the loop).
+
+    ``guard``: this video's decode caps and its request's cancellation (media/video.py).
+    """
+    frames = decode_frames(blob, plan.sampling.indices, plan.header, guard)
     try:
         return processor.preprocess(frames, plan.sampling, raw=raw)
     except VideoRefused as exc:

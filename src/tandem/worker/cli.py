@@ -8,7 +8,7 @@ from typing import Literal, get_args
 
 from tandem.log import DEFAULT_LOG_LEVEL, setup_logging
 from tandem.media.flags import add_media_flags, media_policy_from_args
-from tandem.worker.config import ENGINES, KV_CONNECTORS, ROLES, WorkerConfig
+from tandem.worker.config import ENGINES, JSON_WHITESPACE, KV_CONNECTORS, ROLES, WorkerConfig
 from tandem.worker.media_limits import add_media_limit_flags, media_limits_from_args
 
 # --mm-processor: WorkerConfig.mm_processor as a word (True: "inprocess").
@@ -46,6 +46,13 @@ def add_worker_parser(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--kv-lease-secs", type=float, default=_DEFAULTS.kv_lease_s)
     p.add_argument("--kv-connector", choices=KV_CONNECTORS, default=_DEFAULTS.kv_connector)
     p.add_argument("--prefix-cache-bytes", type=int, default=_DEFAULTS.prefix_cache_bytes)
+    p.add_argument(
+        "--json-whitespace",
+        choices=JSON_WHITESPACE,
+        default=_DEFAULTS.json_whitespace,
+        help="JSON grammars (schemas, forced tool calls): compact, or any whitespace between "
+        "tokens as vLLM allows by default (a model may then pad until max_tokens)",
+    )
     p.add_argument("--threads", type=int, default=_DEFAULTS.threads, help="torch intra-op threads")
     p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL)
     p.add_argument(
@@ -86,6 +93,7 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
         kv_connector=args.kv_connector,
         prefix_cache_bytes=args.prefix_cache_bytes,
         threads=args.threads,
+        json_whitespace=args.json_whitespace,
         engine=args.engine,
         null_token_delay_s=args.null_token_delay_ms / 1000.0,
         test_only_advertise_as_vllm=args.test_only_advertise_as_vllm,

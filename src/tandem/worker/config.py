@@ -19,10 +19,13 @@ Role = Literal["prefill", "decode", "both"]
 KvConnector = Literal["TandemConnector", "NixlConnector"]
 # "embedded": the PyTorch engine; "null": canned tokens at once, no weights (benchmarks).
 EngineKind = Literal["embedded", "null"]
+# --json-whitespace: what JSON grammars allow between tokens (engine/structured.py).
+JsonWhitespace = Literal["compact", "any"]
 
 ROLES: tuple[Role, ...] = get_args(Role)
 KV_CONNECTORS: tuple[KvConnector, ...] = get_args(KvConnector)
 ENGINES: tuple[EngineKind, ...] = get_args(EngineKind)
+JSON_WHITESPACE: tuple[JsonWhitespace, ...] = get_args(JsonWhitespace)
 
 
 @dataclass(slots=True)
@@ -47,6 +50,9 @@ class WorkerConfig:
     served_model_name: str | None = None
     engine: EngineKind = "embedded"
     null_token_delay_s: float = 0.0  # the null engine's pause before each token
+    # JSON grammars: "compact" (no free whitespace, so a model cannot pad forever) or "any"
+    # (vLLM's default: any whitespace between tokens); engine/structured.py.
+    json_whitespace: JsonWhitespace = "compact"
     # Test-only: leave out the Tandem marker on GetServerInfo, so gateways treat this worker
     # like a vLLM worker (sent data: URLs instead of media URLs; tandem.wire.worker_marker).
     test_only_advertise_as_vllm: bool = False
@@ -58,6 +64,8 @@ class WorkerConfig:
             raise ValueError("--null-token-delay-ms must be >= 0")
         if self.role not in ROLES:
             raise ValueError(f"--role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        if self.json_whitespace not in JSON_WHITESPACE:
+            raise ValueError(f"--json-whitespace must be one of {', '.join(JSON_WHITESPACE)}")
         if self.kv_connector not in KV_CONNECTORS:
             raise ValueError(f"--kv-connector must be one of {', '.join(KV_CONNECTORS)}")
         self._check_hosts()

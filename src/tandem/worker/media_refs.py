@@ -3,12 +3,15 @@
 The worker applies the same media policy as the gateway's router path (one
 ``MediaPolicy``, one SSRF guard), and produces the same tensors because both
 use :mod:`tandem.models`' processor. After a prefill leg it also describes the
-result as a pixel-free ``MediaIdentity`` so the decode leg need not redo it.
+result as a pixel-free ``MediaIdentity`` so the decode leg need not redo it. Headers,
+decoding and preprocessing run on the media pool (media/executor.py), never on asyncio's
+default executor, which the media URLs' DNS look-ups need.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +28,8 @@ from tandem.media import (
     media_hash,
 )
 from tandem.media.budget import run_in_thread_holding
+from tandem.media.executor import run_media
+from tandem.media.video import DecodeGuard
 from tandem.models.image_batch import decode_cost, preprocess_one_at_a_time
 from tandem.models.info import ModelInfo
 from tandem.models.placeholders import count_anchors, expand_media
@@ -155,7 +160,7 @@ class MediaRefsProcessor:
         image at a time in a thread, keeping the charge until that thread is done."""
         if not blobs:
             return None
-        cost = await asyncio.to_thread(decode_cost, blobs, self.policy, self.processor)
+        cost = await run_media(decode_cost, blobs, self.policy, self.processor)
         lease = self.limits.budget.acquire(cost.total)  # 413, or UNAVAILABLE when saturated
         return await run_in_thread_holding(lease, lambda: self._decode_and_preprocess(blobs))
 
@@ -172,20 +177,21 @@ class MediaRefsProcessor:
             return None
         assert video is not None and encode is not None  # check() refused videos otherwise
         try:
-            plans = await asyncio.to_thread(
+            plans = await run_media(
                 lambda: [plan_video(blob, self.policy, video) for blob in blobs]
             )
         except VideoRefused as exc:
             raise MediaDecodeFailed(str(exc)) from exc
         lease = self.limits.budget.acquire(sum(plan.nbytes for plan in plans))
+        cancel = threading.Event()  # set if the RPC ends (deadline, cancel) while decoding
 
         def decode_all() -> list[PreprocessedVideo]:
             return [
-                decode_video(blob, plan, video, raw=False)
+                decode_video(blob, plan, video, raw=False, guard=DecodeGuard(self.policy, cancel))
                 for blob, plan in zip(blobs, plans, strict=True)
             ]
 
-        decoded = await run_in_thread_holding(lease, decode_all)
+        decoded = await run_in_thread_holding(lease, decode_all, cancel=cancel)
         return join_videos(decoded, self.info, encode)
 
 

@@ -122,6 +122,7 @@ def _embedded_engine(config: WorkerConfig, model_dir: Path) -> EmbeddedEngine:
         PrefixCache(shape, config.prefix_cache_bytes, config.block_size),
         KvStore(shape, config.kv_lease_s, block_size=config.block_size),
         config.block_size,
+        json_any_whitespace=config.json_whitespace == "any",
     )
 
 

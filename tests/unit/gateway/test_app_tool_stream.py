@@ -109,3 +109,64 @@ async def test_a_named_call_cut_by_max_tokens_is_a_call_either_way(
         name, arguments = call["function"]["name"], call["function"]["arguments"]
         finish = choice["finish_reason"]
     assert (name, arguments, content, finish) == ("get_weather", '{"city": "Par', "", "length")
+
+
+def _calls_of(reply: httpx.Response, stream: bool) -> tuple[list[tuple[str, str]], str, str]:
+    """(name, arguments) per call, the content and the finish reason, streamed or not."""
+    if not stream:
+        choice = reply.json()["choices"][0]
+        message = choice["message"]
+        calls = [
+            (c["function"]["name"], c["function"]["arguments"])
+            for c in message.get("tool_calls") or []
+        ]
+        return calls, message["content"] or "", choice["finish_reason"]
+    chunks = [c for c in sse_chunks(reply.text) if c["choices"]]
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    merged: dict[int, list[str]] = {}
+    for delta in deltas:
+        for call in delta.get("tool_calls") or []:
+            entry = merged.setdefault(call["index"], ["", ""])
+            entry[0] += call["function"].get("name") or ""
+            entry[1] += call["function"].get("arguments") or ""
+    content = "".join(d.get("content") or "" for d in deltas)
+    calls = [(name, arguments) for name, arguments in (merged[i] for i in sorted(merged))]
+    return calls, content, chunks[-1]["choices"][0]["finish_reason"]
+
+
+REQUIRED_CUTS = {
+    # Cut inside the second call's arguments: both calls, the second as far as written.
+    "in arguments": (
+        '[{"name": "noop", "parameters": {}}, {"name": "get_weather", "parameters": {"ci',
+        [("noop", "{}"), ("get_weather", '{"ci')],
+    ),
+    # Cut between elements: the calls so far.
+    "after a call": ('[{"name": "noop", "parameters": {}}, ', [("noop", "{}")]),
+    # Cut before any name is complete: nothing was called, the text is content.
+    "before a name": ('[{"name": "no', []),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("case", REQUIRED_CUTS)
+async def test_a_required_array_cut_by_max_tokens_keeps_its_calls_either_way(
+    qwen_meta_dir: Path, stream: bool, case: str
+) -> None:
+    """Non-streamed, a cut array once came back whole as message.content with no calls,
+    while the stream had already sent call deltas: both now give the calls begun."""
+    text, expected = REQUIRED_CUTS[case]
+    state, _ = make_gateway(qwen_meta_dir)
+    state.dispatcher = CutOff(state.model, text)
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {}}}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "weather?"}],
+        "tools": [*TOOLS, weather],
+        "tool_choice": "required",
+        "stream": stream,
+    }
+    async with client(state) as http:
+        reply = await http.post("/v1/chat/completions", json=body)
+    assert reply.status_code == 200, reply.text
+    calls, content, finish = _calls_of(reply, stream)
+    assert (calls, content, finish) == (expected, "" if expected else text, "length")

@@ -23,8 +23,13 @@ from typing import Any, Literal
 import jsonschema_rs
 
 from tandem.errors import TandemError, make_error
+from tandem.gateway.tokenizing import more_text_than
 
-ConstraintKind = Literal["json_schema", "regex", "grammar", "json_object", "choice"]
+# structural_tag is never a request's own (response_format's is refused): the gateway builds
+# one for tool_choice auto beside a response_format (gateway/tools/union.py).
+ConstraintKind = Literal[
+    "json_schema", "regex", "grammar", "json_object", "choice", "structural_tag"
+]
 
 # structured_outputs keys that carry the constraint itself, and what they become.
 _STRUCTURED_KINDS: dict[str, ConstraintKind] = {
@@ -43,6 +48,11 @@ _GUIDED_KINDS: dict[str, ConstraintKind] = {
 # Fields of the request that can carry a constraint (for the request models to declare).
 CONSTRAINT_FIELDS = ("response_format", "structured_outputs", *_GUIDED_KINDS)
 MAX_CHOICES = 1024
+# One constraint's text (a schema's characters and values, a grammar, a regex, the choices),
+# at most. Checking a schema holds the GIL for about 70 ms a MiB (jsonschema_rs, then
+# json.dumps), and compiling it on a worker costs far more; OpenAI's own limits are far
+# lower (docs/operations.md, "Limits").
+MAX_CONSTRAINT_CHARS = 512 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +162,7 @@ def _build(kind: ConstraintKind, value: Any, param: str) -> Constraint:
         return Constraint(kind, _choices(value, param), param)
     if not isinstance(value, str) or not value:
         raise _bad_shape(f"{param} must be a non-empty string", param)
+    check_constraint_size(value, param)
     if kind == "regex":
         try:
             re.compile(value)
@@ -165,6 +176,7 @@ def _schema_text(value: Any, param: str) -> str:
     schema = value
     too_deep = _invalid(f"{param} is nested too deeply to be a JSON schema", param)
     if isinstance(value, str):  # guided_json (and structured_outputs.json) may be JSON text
+        check_constraint_size(value, param)
         try:
             schema = json.loads(value)
         except json.JSONDecodeError as exc:
@@ -173,6 +185,7 @@ def _schema_text(value: Any, param: str) -> str:
             raise too_deep from None
     if not isinstance(schema, dict | bool):
         raise _bad_shape(f"{param} must be a JSON schema object", param)
+    check_constraint_size(schema, param)
     try:
         jsonschema_rs.validator_for(schema)
         return json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
@@ -183,6 +196,17 @@ def _schema_text(value: Any, param: str) -> str:
         raise too_deep from None
 
 
+def check_constraint_size(value: Any, param: str) -> None:
+    """400 naming ``param`` for a constraint over :data:`MAX_CONSTRAINT_CHARS`, found before
+    anything walks all of it (the count stops at the limit)."""
+    if more_text_than([value], MAX_CONSTRAINT_CHARS):
+        raise _invalid(
+            f"{param} is too large: at most {MAX_CONSTRAINT_CHARS} characters and values "
+            "are accepted in one output constraint",
+            param,
+        )
+
+
 def _choices(value: Any, param: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
         raise _bad_shape(f"{param} must be a non-empty list of strings", param)
@@ -190,4 +214,5 @@ def _choices(value: Any, param: str) -> tuple[str, ...]:
         raise _bad_shape(f"{param} takes at most {MAX_CHOICES} choices", param)
     if not all(isinstance(c, str) and c for c in value):
         raise _bad_shape(f"{param} must hold non-empty strings only", param)
+    check_constraint_size(value, param)
     return tuple(value)

@@ -23,7 +23,7 @@ from pydantic import BaseModel, Discriminator, Field, Tag
 from tandem.errors import TandemError, make_error
 from tandem.gateway.api.schema_defs import hoist_definitions
 from tandem.gateway.api.schemas_chat import INVALID, STRICT_IGNORE_EXTRA
-from tandem.gateway.api.structured import Constraint
+from tandem.gateway.api.structured import Constraint, check_constraint_size
 
 MAX_TOOLS = 128
 # Arguments of a function that declares no parameters: an empty object, nothing else.
@@ -161,6 +161,7 @@ def _check_parameters(tool: Tool, param: str) -> None:
     """A tool's parameters must be a JSON Schema: a forced call is decoded against it."""
     if tool.function.parameters is None:
         return
+    check_constraint_size(tool.function.parameters, param)  # before anything walks all of it
     try:
         jsonschema_rs.validator_for(tool.function.parameters)
     except (jsonschema_rs.ValidationError, ValueError) as exc:

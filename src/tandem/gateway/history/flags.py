@@ -6,6 +6,7 @@ Defaults are the config's own (tests/unit/test_cli_defaults.py); sizes are given
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,21 @@ def _number(kind: type[int] | type[float], minimum: float) -> Callable[[str], in
 
     parse.__name__ = kind.__name__  # argparse names the type in its error messages
     return parse
+
+
+_non_negative = _number(float, 0)
+
+
+def _mebibytes(raw: str) -> float:
+    """A size in MiB: a number >= 0 whose bytes a 64-bit database integer holds ("inf" or
+    1e300 would only fail later, converting to bytes or in the first sweep)."""
+    value = float(_non_negative(raw))
+    if not math.isfinite(value) or value * MiB >= 2**63:
+        raise argparse.ArgumentTypeError(f"must be a size under 8 EiB, got {raw}")
+    return value
+
+
+_mebibytes.__name__ = "float"
 
 
 def add_history_flags(p: argparse.ArgumentParser) -> None:
@@ -61,15 +77,23 @@ def add_history_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--history-max-mb",
-        type=_number(float, 0),
+        type=_mebibytes,
         default=_LIMITS.max_total_bytes / MiB,
         help="all stored responses together; over it, the oldest go first (0: no cap)",
     )
     p.add_argument(
         "--history-max-response-mb",
-        type=_number(float, 0),
+        type=_mebibytes,
         default=_LIMITS.max_response_bytes / MiB,
         help="one stored response (input items and images included)",
+    )
+    p.add_argument(
+        "--history-tenant-max-mb",
+        type=_mebibytes,
+        default=None,  # HistoryLimits.max_tenant_bytes: the even share, resolved at open
+        help="one tenant's stored responses; over it, that tenant's oldest go first "
+        "(default: --history-max-mb split evenly between the tenants the keys name, at "
+        "least --history-max-response-mb; 0: no per-tenant cap)",
     )
     p.add_argument(
         "--history-max-turns",
@@ -84,6 +108,7 @@ def history_config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         ttl_s=args.history_ttl_secs or None,
         max_total_bytes=round(args.history_max_mb * MiB),
         max_response_bytes=round(args.history_max_response_mb * MiB),
+        max_tenant_bytes=_bytes_or_none(args.history_tenant_max_mb),
         max_turns=args.history_max_turns,
     )
     return {
@@ -92,3 +117,7 @@ def history_config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "postgres_db_url": args.postgres_db_url,
         "history": limits,
     }
+
+
+def _bytes_or_none(mib: float | None) -> int | None:
+    return None if mib is None else round(mib * MiB)

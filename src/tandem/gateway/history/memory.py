@@ -2,22 +2,31 @@
 
 Rows are kept encoded, as the SQL backends keep them, so that a caller mutating a dict after
 ``put`` (or after ``get``) changes nothing stored, and sizes are counted the same way.
+
+The caps hold at every moment, not only after a sweep: ``put`` itself deletes the tenant's
+oldest rows while its rows are over the tenant's cap, then the oldest of anyone's while all
+rows are over the total cap. The row just written is never among them (its client is about
+to be told it is stored). The sweeper is left with expiring rows by age.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tandem.gateway.history.codec import decoded, encoded
-from tandem.gateway.history.retention import Sweeper, check_size, expiry_cutoff
+from tandem.gateway.history.memindex import AgeIndex, Key
+from tandem.gateway.history.retention import Sweeper, check_size, expiry_cutoff, tenant_cap
 from tandem.gateway.history.store import (
     BrokenChain,
     ChainTooLong,
     HistoryLimits,
     StoredResponse,
 )
+
+log = logging.getLogger("tandem.gateway.history")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +68,8 @@ class MemoryStore:
     ) -> None:
         self.limits = limits or HistoryLimits()
         self._clock = clock
-        self._rows: dict[tuple[str, str], _Row] = {}
+        self._rows: dict[Key, _Row] = {}
+        self._ages = AgeIndex()  # the same rows by age, and the bytes each tenant holds
         self._sweeper = Sweeper(self.sweep, self.limits.sweep_interval_s, self.name)
 
     @property
@@ -87,7 +97,39 @@ class MemoryStore:
             input_items=encoded(item.input_items),
         )
         check_size(row.size, self.limits)
-        self._rows[(item.tenant, item.id)] = row
+        key = (item.tenant, item.id)
+        self._rows[key] = row
+        self._ages.add(key, row.created_at, row.size)
+        evicted = self._evict((item.tenant,), keep=key)
+        if evicted:
+            log.debug("history memory: %d stored responses evicted to stay under the caps", evicted)
+
+    def _evict(self, tenants: Iterable[str], keep: Key | None) -> int:
+        """Delete ``tenants``' oldest rows while each is over its cap, then anyone's oldest
+        while the total is over its cap; never ``keep``. Returns how many rows went.
+
+        The tenant's own rows go first so that a tenant within its cap loses nothing to
+        another one's large responses; the total cap still holds when the tenants' caps
+        add up to more than it.
+        """
+        deleted = 0
+        per_tenant, cap = tenant_cap(self.limits), self.limits.max_total_bytes
+        for tenant in tenants if per_tenant else ():
+            while self._ages.tenant_bytes(tenant) > per_tenant:
+                if not self._drop(self._ages.pop_oldest(tenant, keep)):
+                    break
+                deleted += 1
+        while cap and self._ages.total_bytes > cap:
+            if not self._drop(self._ages.pop_oldest(None, keep)):
+                break
+            deleted += 1
+        return deleted
+
+    def _drop(self, key: Key | None) -> bool:
+        if key is None:  # only ``keep`` is left, and it fits (check_size)
+            return False
+        del self._rows[key]
+        return True
 
     def _live(self, tenant: str, response_id: str) -> _Row | None:
         row = self._rows.get((tenant, response_id))
@@ -118,19 +160,15 @@ class MemoryStore:
         if self._live(tenant, response_id) is None:
             return False
         del self._rows[(tenant, response_id)]
+        self._ages.discard((tenant, response_id))
         return True
 
     async def sweep(self) -> int:
-        before = len(self._rows)
         cutoff = expiry_cutoff(self.limits, self._clock())
-        self._rows = {key: row for key, row in self._rows.items() if row.created_at >= cutoff}
-        cap = self.limits.max_total_bytes
-        if cap:
-            total = sum(row.size for row in self._rows.values())
-            oldest_first = sorted(self._rows.items(), key=lambda kv: (kv[1].created_at, kv[0]))
-            for key, row in oldest_first:
-                if total <= cap:
-                    break
-                del self._rows[key]
-                total -= row.size
-        return before - len(self._rows)
+        expired = [key for key, row in self._rows.items() if row.created_at < cutoff]
+        for key in expired:
+            del self._rows[key]
+            self._ages.discard(key)
+        # Every put applied the caps already, so this finds nothing over them; it keeps
+        # sweep() the whole of retention, as the contract (store.py) has it.
+        return len(expired) + self._evict(self._ages.tenants(), keep=None)

@@ -25,7 +25,7 @@ from tandem.ascii_int import ascii_int
 from tandem.gateway.history.codec import encoded
 from tandem.gateway.history.migrations import PG_MIGRATION_LOCK, TABLE, migrate_postgres
 from tandem.gateway.history.pgurl import redacted, scrubbed
-from tandem.gateway.history.retention import Sweeper, check_size, expiry_cutoff
+from tandem.gateway.history.retention import Sweeper, check_size, expiry_cutoff, tenant_cap
 from tandem.gateway.history.sqlrows import (
     COLUMNS,
     chain_sql,
@@ -61,6 +61,7 @@ _CHAIN = chain_sql(TABLE, ("$1", "$2", "$3::double precision", "$4::integer"))
 _DELETE = f"DELETE FROM {TABLE} WHERE tenant = $1 AND id = $2 AND created_at >= $3"
 _EXPIRE = f"DELETE FROM {TABLE} WHERE created_at < $1"
 _EVICT = evict_sql(TABLE, "$1::bigint")
+_EVICT_TENANT = evict_sql(TABLE, "$1::bigint", per_tenant=True)
 
 
 def _count(status: str) -> int:
@@ -192,12 +193,16 @@ class PostgresStore:
 
     async def sweep(self) -> int:
         cutoff, cap = self._cutoff(), self.limits.max_total_bytes
+        per_tenant = tenant_cap(self.limits)
 
         async def apply(pool: Any) -> int:
             async with pool.acquire() as conn, conn.transaction():
                 if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", _SWEEP_LOCK):
                     return 0  # another gateway is sweeping the same rows right now
                 deleted = _count(await conn.execute(_EXPIRE, cutoff))
+                # Tenants over their own cap first (as on SQLite): the total may then fit.
+                if per_tenant:
+                    deleted += _count(await conn.execute(_EVICT_TENANT, per_tenant))
                 if cap:
                     deleted += _count(await conn.execute(_EVICT, cap))
                 return deleted

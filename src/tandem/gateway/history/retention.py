@@ -1,9 +1,10 @@
 """Retention shared by the backends: the TTL cut-off and the periodic sweeper task.
 
 What is kept and for how long is in docs/operations.md, "Stored responses (history
-backends)": rows older than ``ttl_s`` go, then the oldest rows while all rows together are
-over ``max_total_bytes``. Each backend does the deleting (``ResponseStore.sweep``); this
-module only decides when.
+backends)": rows older than ``ttl_s`` go, then each tenant's oldest rows while that tenant's
+are over its cap, then the oldest rows while all rows together are over
+``max_total_bytes``. Each backend does the deleting (``ResponseStore.sweep``, and the
+memory backend's ``put``); this module decides when, and how large one row may be.
 """
 
 from __future__ import annotations
@@ -24,10 +25,27 @@ def expiry_cutoff(limits: HistoryLimits, now: float) -> float:
     return now - limits.ttl_s if limits.ttl_s else -math.inf
 
 
+def tenant_cap(limits: HistoryLimits) -> int:
+    """One tenant's cap in bytes as a store applies it (0: none). None reaching a store means
+    nobody resolved the default share (a store built directly, as in tests): the total cap
+    alone applies, as it did before there were per-tenant caps."""
+    return limits.max_tenant_bytes or 0
+
+
+def row_limit(limits: HistoryLimits) -> int:
+    """The largest row a store accepts: ``max_response_bytes``, or a cap under it (a row over
+    its tenant's cap, or the total cap, could not be stored even by evicting every other
+    row). The settings keep both caps at or above ``max_response_bytes``; limits built
+    directly may not."""
+    caps = [cap for cap in (tenant_cap(limits), limits.max_total_bytes) if cap]
+    return min([limits.max_response_bytes, *caps])
+
+
 def check_size(size: int, limits: HistoryLimits) -> None:
-    """Refuse one row over ``max_response_bytes`` before anything is written."""
-    if size > limits.max_response_bytes:
-        raise ResponseTooLarge(size, limits.max_response_bytes)
+    """Refuse one row over :func:`row_limit` before anything is written."""
+    limit = row_limit(limits)
+    if size > limit:
+        raise ResponseTooLarge(size, limit)
 
 
 class Sweeper:

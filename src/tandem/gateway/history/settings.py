@@ -7,6 +7,7 @@ importing the backends (nor the backends the config).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from tandem.gateway.history.store import HistoryLimits
@@ -51,7 +52,41 @@ def check_history_settings(
         raise ValueError("--history-max-response-mb must be positive")
     if limits.max_total_bytes and limits.max_response_bytes > limits.max_total_bytes:
         raise ValueError("--history-max-response-mb must not be over --history-max-mb")
+    _check_tenant_cap(limits)
     if limits.max_turns < 1:
         raise ValueError("--history-max-turns must be >= 1")
     if not limits.sweep_interval_s > 0:
         raise ValueError("the history sweep interval must be positive")
+
+
+def _check_tenant_cap(limits: HistoryLimits) -> None:
+    cap = limits.max_tenant_bytes
+    if cap is None or cap == 0:  # the default share (always valid), or no per-tenant cap
+        return
+    if cap < 0:
+        raise ValueError("--history-tenant-max-mb must be >= 0 (0: no per-tenant cap)")
+    if limits.max_total_bytes and cap > limits.max_total_bytes:
+        raise ValueError("--history-tenant-max-mb must not be over --history-max-mb")
+    if limits.max_response_bytes > cap:
+        # A response the gateway accepts must fit its tenant's cap, or storing it would
+        # evict the whole tenant and still fail.
+        raise ValueError("--history-max-response-mb must not be over --history-tenant-max-mb")
+
+
+def with_tenant_share(limits: HistoryLimits, tenants: int) -> HistoryLimits:
+    """``limits`` with ``max_tenant_bytes`` resolved: when it is None (no
+    --history-tenant-max-mb), ``max_total_bytes`` split evenly between ``tenants``.
+
+    An even split is what lets no tenant push out another's rows: while every tenant is
+    within its share, all of them together are within the total. One tenant (no tenant
+    keys) gets the whole total, as before per-tenant caps. The share is never under
+    ``max_response_bytes``, so every response the gateway accepts fits its tenant's share
+    (with very many tenants the shares may then add up to more than the total, which
+    still holds, oldest first). No total cap: no per-tenant cap either.
+    """
+    if limits.max_tenant_bytes is not None:
+        return limits
+    if not limits.max_total_bytes:
+        return replace(limits, max_tenant_bytes=0)
+    share = limits.max_total_bytes // max(tenants, 1)
+    return replace(limits, max_tenant_bytes=max(share, limits.max_response_bytes))

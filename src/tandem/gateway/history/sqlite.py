@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from tandem.gateway.history.codec import encoded
 from tandem.gateway.history.migrations import TABLE, migrate_sqlite
-from tandem.gateway.history.retention import Sweeper, check_size, expiry_cutoff
+from tandem.gateway.history.retention import Sweeper, check_size, expiry_cutoff, tenant_cap
 from tandem.gateway.history.sqlrows import (
     COLUMNS,
     chain_sql,
@@ -46,6 +46,7 @@ _CHAIN = chain_sql(TABLE, ("?1", "?2", "?3", "?4"))
 _DELETE = f"DELETE FROM {TABLE} WHERE tenant = ? AND id = ? AND created_at >= ?"
 _EXPIRE = f"DELETE FROM {TABLE} WHERE created_at < ?"
 _EVICT = evict_sql(TABLE, "?")
+_EVICT_TENANT = evict_sql(TABLE, "?", per_tenant=True)
 
 
 class SqliteStore:
@@ -201,11 +202,16 @@ class SqliteStore:
 
     async def sweep(self) -> int:
         cutoff, cap = self._cutoff(), self.limits.max_total_bytes
+        per_tenant = tenant_cap(self.limits)
 
         def apply(conn: sqlite3.Connection) -> int:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 deleted = conn.execute(_EXPIRE, (cutoff,)).rowcount
+                # Tenants over their own cap first: what they give up may bring the total
+                # under its cap, so that nobody else's rows need to go.
+                if per_tenant:
+                    deleted += conn.execute(_EVICT_TENANT, (per_tenant,)).rowcount
                 if cap:
                     deleted += conn.execute(_EVICT, (cap,)).rowcount
                 conn.execute("COMMIT")

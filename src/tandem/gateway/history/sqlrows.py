@@ -62,17 +62,25 @@ def chain_sql(table: str, p: Sequence[str]) -> str:
     """
 
 
-def evict_sql(table: str, cap: str) -> str:
-    """Delete the oldest rows while all rows together are over ``cap`` bytes.
+def evict_sql(table: str, cap: str, per_tenant: bool = False) -> str:
+    """Delete the oldest rows while all rows together (``per_tenant``: one tenant's rows) are
+    over ``cap`` bytes.
 
     Summing sizes from the newest row down, every row from the one that crosses the cap on
-    is deleted: the same rows as deleting oldest-first until the total fits.
+    is deleted: the same rows as deleting oldest-first until the total fits. Per tenant the
+    sum restarts for each tenant (``PARTITION BY``), so a tenant within its cap loses no
+    row however much another one stored.
     """
+    order = (
+        "PARTITION BY tenant ORDER BY created_at DESC, id DESC"
+        if per_tenant
+        else "ORDER BY created_at DESC, tenant DESC, id DESC"
+    )
     return f"""
         DELETE FROM {table} WHERE (tenant, id) IN (
             SELECT tenant, id FROM (
                 SELECT tenant, id, SUM(size_bytes) OVER (
-                    ORDER BY created_at DESC, tenant DESC, id DESC
+                    {order}
                     ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
                 ) AS kept
                 FROM {table}

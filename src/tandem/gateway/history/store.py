@@ -8,7 +8,8 @@ Rules all backends share (``tests/unit/gateway/history`` checks each against the
 - ``put`` returns only once the row is durable (committed; SQLite with ``synchronous=FULL``);
 - every read and delete is scoped to a tenant: another tenant's id reads as absent;
 - a row is never half-written: ``put`` is one transaction;
-- retention (``HistoryLimits``) deletes whole rows, oldest first; a row older than
+- retention (``HistoryLimits``) deletes whole rows, oldest first: first those of a tenant
+  over its own cap, then any while all rows are over the total cap; a row older than
   ``ttl_s`` already reads as absent before the sweeper deletes it.
 """
 
@@ -26,7 +27,7 @@ class HistoryError(Exception):
 
 
 class ResponseTooLarge(HistoryError):
-    """One response is over ``HistoryLimits.max_response_bytes``."""
+    """One response is over ``HistoryLimits.max_response_bytes`` (or its tenant's cap)."""
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"the response would take {size} bytes to store; the limit is {limit}")
@@ -56,6 +57,11 @@ class HistoryLimits:
 
     ttl_s: float | None = 30 * 24 * 3600.0  # None: kept until deleted
     max_total_bytes: int = 1 << 30  # all rows together; the oldest go first (0: no cap)
+    # One tenant's rows; over it, that tenant's oldest go first, so that one tenant's large
+    # responses never push out another's conversations. None: an even share of
+    # max_total_bytes per tenant the keys name (settings.with_tenant_share, applied by the
+    # factory); a store given None has no per-tenant cap. 0: no per-tenant cap.
+    max_tenant_bytes: int | None = None
     max_response_bytes: int = 32 << 20  # one row (its images included)
     max_turns: int = 100  # the longest chain previous_response_id may continue
     sweep_interval_s: float = 60.0
@@ -118,7 +124,8 @@ class ResponseStore(Protocol):
     async def sweep(self) -> int:
         """Apply retention now (the sweeper does so at start and every sweep interval).
 
-        Deletes the rows older than ``ttl_s``, then the oldest rows while all of them
+        Deletes the rows older than ``ttl_s``, then each tenant's oldest rows while that
+        tenant's are over ``max_tenant_bytes``, then the oldest rows while all of them
         together are over ``max_total_bytes``; returns how many rows went.
         """
         ...

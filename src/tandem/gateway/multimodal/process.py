@@ -1,19 +1,19 @@
 """Router path, media half: fetch, hash, decode and preprocess the images of a plan.
 
 Fetching is I/O and runs concurrently on the event loop. Each image's encoded bytes are
-hashed and its header read off the loop; the hash and a fingerprint of the processor key
-the per-image pixel cache (``--mm-pixel-cache-mb``, gateway/multimodal/pixel_cache.py),
-and only the misses are decoded and preprocessed: in the image pool's processes
-(``--mm-workers``, gateway/multimodal/pool.py), one image per task so a request's images
-spread over the pool, or with ``--mm-workers 0`` in one thread of the gateway, one image
-at a time (docs/pd-contract.md §4). Before any image is decoded the request's decode cost
-(from the headers) is charged against the in-flight budget (docs/operations.md, "Memory
-bounds for images").
+hashed and its header read off the loop, on the media pool (media/executor.py, which keeps
+asyncio's default executor free for DNS look-ups and tokenization); the hash and a
+fingerprint of the processor key the per-image pixel cache (``--mm-pixel-cache-mb``,
+gateway/multimodal/pixel_cache.py), and only the misses are decoded and preprocessed: in
+the image pool's processes (``--mm-workers``, gateway/multimodal/pool.py), one image per
+task so a request's images spread over the pool, or with ``--mm-workers 0`` in one thread
+of the media pool, one image at a time (docs/pd-contract.md §4). Before any image is
+decoded the request's decode cost (from the headers) is charged against the in-flight
+budget (docs/operations.md, "Memory bounds for images").
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Sequence
@@ -36,6 +36,7 @@ from tandem.media import (
     media_hash,
 )
 from tandem.media.budget import ByteLease
+from tandem.media.executor import run_media
 from tandem.models.image_batch import DecodeCost, image_costs, join_pixels
 from tandem.models.info import ModelInfo
 from tandem.models.processor import ImageProcessor, PreprocessedImages
@@ -138,7 +139,7 @@ async def process_images(
         # and what workers that normalize on device need; others get them normalized
         # (bit-exactly) when their leg is sent (PixelPayload.for_worker).
         if sum(len(blob) for blob in blobs) > _INLINE_HASH_BYTES:
-            costs, hashes = await asyncio.to_thread(_costs_and_hashes, blobs, policy, processor)
+            costs, hashes = await run_media(_costs_and_hashes, blobs, policy, processor)
         else:
             costs, hashes = _costs_and_hashes(blobs, policy, processor)
         spec = processor_spec(processor, info, policy, raw=True) if caching or pool else None
@@ -199,7 +200,7 @@ async def _joined(images: list[OneImage]) -> PreprocessedImages:
     """The request's batch, in plan order. Several images are copied into one array (off
     the loop): the only pixel copy on the gateway side; one image is used as it is."""
     pixels = [image.pixels for image in images]
-    joined = pixels[0] if len(pixels) == 1 else await asyncio.to_thread(join_pixels, pixels)
+    joined = pixels[0] if len(pixels) == 1 else await run_media(join_pixels, pixels)
     grids: dict[str, np.ndarray] = {}
     for key in images[0].grids:
         grids[key] = np.concatenate([image.grids[key] for image in images])

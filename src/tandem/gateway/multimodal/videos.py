@@ -4,13 +4,14 @@ Each video's container header is read first (frame count, rate, size), its frame
 sampled as the model's processor samples them, and the decode cost of those frames is
 charged to the request's share of the in-flight budget **before** anything is decoded
 (docs/operations.md, "Memory bounds for images"): a video that would decode past the
-budget is refused having cost a header read. Decoding runs in a thread, one video at a
-time.
+budget is refused having cost a header read. Decoding runs on the media pool
+(media/executor.py), one video at a time, within the policy's decode caps, and stops at the
+next frame once this request is given up (a timeout, a client gone).
 """
 
 from __future__ import annotations
 
-import asyncio
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from tandem.errors import make_error
 from tandem.gateway.multimodal.process import media_error_to_tandem
 from tandem.media import MediaError, MediaPolicy, fetch_all, media_hash
 from tandem.media.budget import ByteLease, run_in_thread_holding
+from tandem.media.executor import run_media
+from tandem.media.video import DecodeGuard
 from tandem.models.info import ModelInfo
 from tandem.models.video import QwenVideoProcessor, VideoRefused
 from tandem.models.video_batch import VideoBatch, decode_video, join_videos, plan_video
@@ -58,7 +61,7 @@ async def process_videos(
         fetched = await fetch_all(urls, policy.for_video())
         fetch_s = time.perf_counter() - started
         blobs = [item.data for item in fetched]
-        plans, hashes = await asyncio.to_thread(
+        plans, hashes = await run_media(
             lambda: (
                 [plan_video(blob, policy, processor) for blob in blobs],
                 [media_hash(blob) for blob in blobs],
@@ -68,20 +71,23 @@ async def process_videos(
         if lease is not None:
             # Every video's frames and patches, before any is decoded (413/429 here). The
             # frames' share is released when the decoding thread ends, also if this request
-            # is given up meanwhile (a thread cannot be stopped); the patches stay charged.
+            # is given up meanwhile (the thread stops at its next frame, not at once); the
+            # patches stay charged.
             total = sum(plan.nbytes for plan in plans)
             lease.hold(lease.nbytes + total)
             decoding = lease.split(total - sum(plan.patch_bytes for plan in plans))
         started = time.perf_counter()
-        # Joined in the thread too: several videos' patches are one copy, off the loop.
-        batch = await run_in_thread_holding(
-            decoding,
-            lambda: join_videos(
-                [decode_video(b, p, processor) for b, p in zip(blobs, plans, strict=True)],
-                info,
-                encode,
-            ),
-        )
+        cancel = threading.Event()  # set if this request is given up while decoding
+
+        def decode_all() -> VideoBatch:
+            # Joined in the thread too: several videos' patches are one copy, off the loop.
+            videos = [
+                decode_video(blob, plan, processor, guard=DecodeGuard(policy, cancel))
+                for blob, plan in zip(blobs, plans, strict=True)
+            ]
+            return join_videos(videos, info, encode)
+
+        batch = await run_in_thread_holding(decoding, decode_all, cancel=cancel)
     except MediaError as exc:
         raise media_error_to_tandem(exc) from exc
     except VideoRefused as exc:

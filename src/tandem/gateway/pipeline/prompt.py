@@ -2,42 +2,27 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from tandem.errors import make_error
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
-from tandem.gateway.api.schemas_chat import TextPart
 from tandem.gateway.context import RequestContext
 from tandem.gateway.model import ModelHandle
+from tandem.gateway.tokenizing import INLINE_CHARS, more_text_than, off_loop_if
 from tandem.models.chat import ChatTemplateError
-
-# Rendering and tokenizing cost roughly a microsecond per character. Up to this many
-# characters of text they run on the event loop (a thread hop costs more than the work);
-# a longer prompt goes to a thread, so other requests' tokens keep flowing meanwhile.
-INLINE_PROMPT_CHARS = 16_384
 
 
 async def prepare_prompt(ctx: RequestContext) -> None:
-    """:func:`build_prompt`, off the event loop when the prompt is long."""
-    if prompt_chars(ctx.body) > INLINE_PROMPT_CHARS:
-        await asyncio.to_thread(build_prompt, ctx)
-    else:
-        build_prompt(ctx)
+    """:func:`build_prompt`, off the event loop when the text to render is long."""
+    await off_loop_if(long_prompt(ctx.body), lambda: build_prompt(ctx))
 
 
-def prompt_chars(body: ChatCompletionRequest | CompletionRequest) -> int:
-    """The request's prompt size in characters (token ids count one each)."""
+def long_prompt(body: ChatCompletionRequest | CompletionRequest) -> bool:
+    """Whether rendering and tokenizing should leave the event loop: every string the
+    template renders counts (tool-call arguments, tool definitions, reasoning…)."""
     if isinstance(body, ChatCompletionRequest):
-        total = 0
-        for message in body.messages:
-            content = message.content
-            if isinstance(content, str):
-                total += len(content)
-            elif content:
-                total += sum(len(p.text) for p in content if isinstance(p, TextPart))
-        return total
-    return len(body.prompt)
+        return more_text_than([body.template_messages(), body.template_tools()])
+    return len(body.prompt) > INLINE_CHARS
 
 
 def render_chat(

@@ -40,6 +40,8 @@ from tandem.gateway.pipeline.respond import collect, stream_events
 from tandem.gateway.pipeline.shaping import shaping_plan
 from tandem.gateway.pipeline.wire_request import build_wire_request
 from tandem.gateway.state import GatewayState
+from tandem.gateway.tokenizing import parse_large_off_loop
+from tandem.gateway.tools.union import with_answer_or_calls
 from tandem.gateway.types import Route
 
 log = logging.getLogger("tandem.gateway")
@@ -130,7 +132,9 @@ class Pipeline:
         try:
             self._admissible(inbound)
             held.slot = await self.state.admission.acquire(self.config.request_timeout_s)
-            parsed = parse(await inbound.read_body(self.config.max_payload_size))
+            raw = await inbound.read_body(self.config.max_payload_size)
+            # A large body is counted, parsed and checked on the tokenizing pool.
+            parsed = await parse_large_off_loop(raw, parse)
             body = await parsed if inspect.isawaitable(parsed) else parsed
             # Charged by the media stage before any image is decoded, then holding only the
             # pixel tensor until it is sent (docs/operations.md, "Memory bounds for images").
@@ -178,6 +182,7 @@ class Pipeline:
         ctx = RequestContext(route, request_id, body, model, body.sampling())
         await prepare_prompt(ctx)
         ctx.shaping = shaping_plan(ctx, self.config)
+        with_answer_or_calls(ctx)  # tool_choice auto beside a response_format
         build_wire_request(ctx)
         if not ctx.media_urls:
             return ctx  # no media stage: no task or timer for a text request

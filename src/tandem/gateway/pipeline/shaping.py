@@ -22,7 +22,6 @@ from tandem.gateway.reasoning import ReasoningParser, reasoning_parser
 from tandem.gateway.tools import (
     NamedStreamer,
     RequiredStreamer,
-    ToolParser,
     ToolStreamer,
     parse_named,
     parse_required,
@@ -69,7 +68,7 @@ class ChoiceStreamer:
     def finish(self, cut: bool = False) -> list[Event]:
         """``cut``: the token limit ended the choice (a forced call keeps what it wrote)."""
         events = self._to_tools(self._reasoning.finish()) if self._reasoning else []
-        if isinstance(self._tools, NamedStreamer):
+        if isinstance(self._tools, NamedStreamer | RequiredStreamer):
             events += self._tools.finish(cut)
         elif self._tools is not None:
             events += self._only_first(self._tools.finish())
@@ -112,8 +111,10 @@ class ShapingPlan:
     # A named tool_choice: the client chose the call, so the choice ends "stop" (as OpenAI's
     # and vLLM's do), not "tool_calls".
     named: bool = False
-    # How a cut-off answer is read, where that differs (a named call keeps its partial args).
+    # How a cut-off answer is read, where that differs (a forced call keeps its partial args).
     parse_cut: Callable[[str], tuple[str, list[ToolCall]]] | None = None
+    # tool_choice auto: the parser reading the calls (its call syntax, tools/union.py).
+    tool_format: str | None = None
 
     def finish_reason(self, reason: str, called: bool) -> str:
         """A choice that ended by itself with calls ends for them (but under a named
@@ -167,14 +168,19 @@ def shaping_plan(ctx: RequestContext, config: GatewayConfig) -> ShapingPlan | No
             parse_cut=lambda text: _named(name, text, cut=True),
         )
     if mode.kind == "required":
-        return ShapingPlan(None, _required, RequiredStreamer)
+        return ShapingPlan(
+            None, _required, RequiredStreamer, parse_cut=lambda text: _required(text, cut=True)
+        )
     if mode.kind == "auto":
-        parser = _auto_parser(ctx, config)
-        return ShapingPlan(reasoning, parser.parse, parser.streamer, not mode.parallel)
+        name = _auto_parser_name(ctx, config)
+        parser = tool_parser(name)
+        return ShapingPlan(
+            reasoning, parser.parse, parser.streamer, not mode.parallel, tool_format=name
+        )
     return ShapingPlan(reasoning, None, None) if reasoning else None
 
 
-def _auto_parser(ctx: RequestContext, config: GatewayConfig) -> ToolParser:
+def _auto_parser_name(ctx: RequestContext, config: GatewayConfig) -> str:
     name = config.tool_call_parser or ctx.model.template.tool_call_format
     if name is None:
         raise make_error(
@@ -183,11 +189,11 @@ def _auto_parser(ctx: RequestContext, config: GatewayConfig) -> ToolParser:
             "--tool-call-parser, or name a function in tool_choice",
             param="tool_choice",
         )
-    return tool_parser(name)
+    return name
 
 
-def _required(text: str) -> tuple[str, list[ToolCall]]:
-    calls = parse_required(text)
+def _required(text: str, cut: bool = False) -> tuple[str, list[ToolCall]]:
+    calls = parse_required(text, cut)
     return ("" if calls else text), calls
 
 

@@ -9,7 +9,10 @@ it is content (whitespace before that text dropped); an empty array, an element
 that is not a call, or a value cut off breaks it. A break degrades to content as
 in the Hermes format: ``parse()`` gives no calls and the whole text as content,
 a streamer has already sent the calls before the break and sends the raw text
-that follows them as content (``degraded``).
+that follows them as content (``degraded``). An array that ``max_tokens`` cut
+(``finish(cut=True)``) is not broken but short: the calls begun stand, the last
+with the arguments written so far, streamed or not (as for a named call,
+``tools/named.py``); cut before any call's name is complete, it is content.
 
 Streaming holds leading whitespace and, once a ``{`` or ``[`` opens the output,
 whatever no event can stand for yet; text that cannot start a call is content
@@ -19,7 +22,7 @@ at once.
 from __future__ import annotations
 
 from tandem.gateway.tools.call_reader import CallReader
-from tandem.gateway.tools.calls import ToolCall, collect
+from tandem.gateway.tools.calls import Event, ToolCall, collect
 from tandem.gateway.tools.json_scan import WHITESPACE, Scan
 from tandem.gateway.tools.sink import Sink, SinkStreamer
 
@@ -37,9 +40,19 @@ class JsonStreamer(SinkStreamer):
         self._buf = ""
         self._lead: list[str] = []  # whitespace before anything else
         self._reader: CallReader | None = None
+        self._cut = False
 
-    def _fail(self) -> None:
-        self._sink.content(self._sink.fail())
+    def finish(self, cut: bool = False) -> list[Event]:
+        """``cut``: the token limit ended the output; an array begun keeps its calls."""
+        self._cut = cut
+        return super().finish()
+
+    def _fail(self, ended: bool = False) -> None:
+        """The value broke; ``ended``: only because the text ended, not malformed."""
+        if ended and self._cut and self._mode == _ARRAY and self._sink.region_calls:
+            self._sink.commit()  # cut short: the calls begun stand
+        else:
+            self._sink.content(self._sink.fail())
         self._reader = None
         self._mode = _PASS
 
@@ -66,7 +79,7 @@ class JsonStreamer(SinkStreamer):
                     else:
                         self._where = _AFTER
                 elif status is Scan.ERROR or final:
-                    self._fail()
+                    self._fail(ended=status is not Scan.ERROR)
                 else:
                     return
             elif mode == _START:
@@ -97,7 +110,7 @@ class JsonStreamer(SinkStreamer):
         self._buf = rest
         if not rest:
             if final:
-                self._fail()
+                self._fail(ended=True)
                 return True
             return False
         c, where = rest[0], self._where
@@ -144,14 +157,16 @@ class RequiredStreamer(JsonStreamer):
 class RequiredParser:
     """``tool_choice="required"`` output as a ToolParser (content is what is not the array)."""
 
-    def parse(self, text: str) -> tuple[str, list[ToolCall]]:
-        return _parse(RequiredStreamer(whole=True), text)
+    def parse(self, text: str, cut: bool = False) -> tuple[str, list[ToolCall]]:
+        streamer = RequiredStreamer(whole=True)
+        return collect(streamer.push(text) + streamer.finish(cut))
 
     def streamer(self) -> RequiredStreamer:
         return RequiredStreamer()
 
 
-def parse_required(text: str) -> list[ToolCall]:
+def parse_required(text: str, cut: bool = False) -> list[ToolCall]:
     """The calls of a ``required`` output; [] when it is not a complete array of calls
-    (the caller then answers with the text as content)."""
-    return RequiredParser().parse(text)[1]
+    (the caller then answers with the text as content), unless ``cut``: then the calls
+    begun, the last with its arguments so far."""
+    return RequiredParser().parse(text, cut)[1]

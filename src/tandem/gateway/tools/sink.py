@@ -32,6 +32,11 @@ class Sink:
         self._calls = 0  # call indexes given out for good
         self._region_calls = 0  # calls started in the open region
 
+    @property
+    def region_calls(self) -> int:
+        """Calls started in the open region."""
+        return self._region_calls
+
     def take(self) -> list[Event]:
         events, self._events = self._events, []
         return events

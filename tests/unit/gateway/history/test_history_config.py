@@ -69,6 +69,31 @@ def test_flags_convert_to_the_config() -> None:
     assert config.history_sqlite_path == Path("/tmp/x.sqlite3")
     assert gateway_config("--history-max-mb", "0").history.max_total_bytes == 0  # no cap
     assert gateway_config("--history-ttl-secs", "60").history.ttl_s == 60.0
+    assert config.history.max_tenant_bytes is None  # the even share, resolved at open
+    tenant = gateway_config("--history-tenant-max-mb", "40", "--history-max-response-mb", "4")
+    assert tenant.history.max_tenant_bytes == 40 * MiB
+    assert gateway_config("--history-tenant-max-mb", "0").history.max_tenant_bytes == 0
+
+
+def store_tenant_cap(*argv: str) -> int | None:
+    store = open_store(gateway_config("--history-backend", "memory", *argv))
+    assert isinstance(store, MemoryStore)
+    return store.limits.max_tenant_bytes
+
+
+def test_by_default_each_tenant_the_keys_name_gets_an_even_share() -> None:
+    keys = ["--tenant-api-key", "a:k1", "--tenant-api-key", "b:k2", "--tenant-api-key", "b:k3"]
+    assert store_tenant_cap() == 1024 * MiB  # no keys: one tenant, the whole total
+    assert store_tenant_cap("--api-key", "k0") == 1024 * MiB
+    assert store_tenant_cap("--history-max-mb", "100", *keys) == 50 * MiB  # a and b
+    # --api-key's requests are one more tenant (the keyless one).
+    assert store_tenant_cap("--history-max-mb", "99", "--api-key", "k0", *keys) == 33 * MiB
+    # Never under one response: 64 MiB / 4 tenants would refuse a 32 MiB response.
+    many = [f"--tenant-api-key=t{i}:k{i}" for i in range(4)]
+    assert store_tenant_cap("--history-max-mb", "64", *many) == 32 * MiB
+    assert store_tenant_cap("--history-max-mb", "0", *keys) == 0  # no total, no share
+    given = ["--history-tenant-max-mb", "40", "--history-max-response-mb", "4"]
+    assert store_tenant_cap("--history-max-mb", "100", *keys, *given) == 40 * MiB
 
 
 def test_backends_from_the_flags() -> None:
@@ -91,6 +116,14 @@ def test_backends_from_the_flags() -> None:
         (["--history-backend", "memory", "--history-sqlite-path", "x"], "needs --history-backend"),
         (["--history-max-response-mb", "0"], "--history-max-response-mb must be positive"),
         (["--history-max-mb", "1", "--history-max-response-mb", "2"], "must not be over"),
+        (
+            ["--history-max-mb", "100", "--history-tenant-max-mb", "200"],
+            "--history-tenant-max-mb must not be over --history-max-mb",
+        ),
+        (
+            ["--history-tenant-max-mb", "16"],  # --history-max-response-mb is 32
+            "--history-max-response-mb must not be over --history-tenant-max-mb",
+        ),
     ],
 )
 def test_bad_combinations_name_the_flag(argv: list[str], message: str) -> None:
@@ -106,6 +139,12 @@ def test_bad_combinations_name_the_flag(argv: list[str], message: str) -> None:
         ["--history-max-turns", "0"],
         ["--history-ttl-secs", "-1"],
         ["--history-max-mb", "lots"],
+        ["--history-max-mb", "inf"],
+        ["--history-tenant-max-mb", "lots"],
+        ["--history-tenant-max-mb", "-1"],
+        ["--history-tenant-max-mb", "nan"],
+        ["--history-tenant-max-mb", "inf"],
+        ["--history-tenant-max-mb", "1e300"],
     ],
 )
 def test_bad_values_are_refused_by_the_parser(argv: list[str]) -> None:
@@ -113,11 +152,26 @@ def test_bad_values_are_refused_by_the_parser(argv: list[str]) -> None:
         build_parser().parse_args(["gateway", *argv])
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("-1", "must be at least 0, got -1"), ("inf", "must be a size under 8 EiB, got inf")],
+)
+def test_a_bad_tenant_cap_is_named_in_one_line(
+    value: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["gateway", "--history-tenant-max-mb", value])
+    err = capsys.readouterr().err
+    assert f"argument --history-tenant-max-mb: {message}" in err and "Traceback" not in err
+
+
 def test_config_checks_limits_it_was_built_with_directly() -> None:
     with pytest.raises(ValueError, match="--history-max-turns"):
         GatewayConfig(history=HistoryLimits(max_turns=0))
     with pytest.raises(ValueError, match="--history-ttl-secs"):
         GatewayConfig(history=HistoryLimits(ttl_s=0))
+    with pytest.raises(ValueError, match="--history-tenant-max-mb must be >= 0"):
+        GatewayConfig(history=HistoryLimits(max_tenant_bytes=-1))
     with pytest.raises(ValueError, match="--history-backend must be one of"):
         GatewayConfig(history_backend="files")  # type: ignore[arg-type]
 

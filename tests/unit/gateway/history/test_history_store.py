@@ -1,20 +1,20 @@
 """The stored-responses contract (gateway/history/store.py), checked on every backend.
 
 Memory, SQLite (a file in tmp_path) and PostgreSQL (a real server of the session's own,
-tests/integration/postgres_server.py; each test gets a fresh database). Time is a fake
-clock handed to the store, so TTL tests never sleep.
+tests/integration/postgres_server.py; each test gets a fresh database): the fixtures are in
+conftest.py. Time is a fake clock handed to the store, so TTL tests never sleep.
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from history_fakes import SQL_ONLY, T0, Clock, MakeStore, turn
 
 from tandem.gateway.history.memory import MemoryStore
 from tandem.gateway.history.migrations import LATEST, VERSION_TABLE
@@ -28,87 +28,7 @@ from tandem.gateway.history.store import (
     HistoryLimits,
     ResponseStore,
     ResponseTooLarge,
-    StoredResponse,
 )
-
-T0 = 1_700_000_000.0
-BACKENDS = ("memory", "sqlite", "postgres")
-# Files, schemas, several processes: what only the SQL backends have (the memory one is
-# one process's own and needs no start).
-SQL_ONLY = pytest.mark.parametrize("backend", ["sqlite", "postgres"], indirect=True)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def turn(
-    response_id: str,
-    previous_id: str | None = None,
-    tenant: str = NO_TENANT,
-    created_at: float = T0,
-    text: str = "hello",
-    status: str = "completed",
-) -> StoredResponse:
-    return StoredResponse(
-        id=response_id,
-        tenant=tenant,
-        previous_id=previous_id,
-        created_at=created_at,
-        status=status,
-        model="tiny-qwen3-vl",
-        response={"id": response_id, "object": "response", "output_text": text},
-        input_items=[{"id": f"msg_{response_id}", "type": "message", "content": text}],
-    )
-
-
-MakeStore = Callable[..., Awaitable[ResponseStore]]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def location(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
-    """Where the backend keeps its rows: one file or one database per test."""
-    if backend == "sqlite":
-        return tmp_path / "history" / "responses.sqlite3"
-    if backend == "postgres":
-        return request.getfixturevalue("postgres_server").new_database()
-    return None
-
-
-@pytest.fixture
-async def make_store(backend: str, location: Any) -> AsyncIterator[MakeStore]:
-    """Builds started stores on this test's file or database; all closed at the end."""
-    opened: list[ResponseStore] = []
-
-    async def make(
-        limits: HistoryLimits | None = None, clock: Clock | None = None, start: bool = True
-    ) -> ResponseStore:
-        limits = limits or HistoryLimits()
-        clock = clock or Clock()
-        store: ResponseStore
-        if backend == "memory":
-            store = MemoryStore(limits, clock=clock)
-        elif backend == "sqlite":
-            store = SqliteStore(location, limits, clock=clock)
-        else:
-            store = PostgresStore(location, limits, clock=clock)
-        opened.append(store)
-        if start:
-            await store.start()
-        return store
-
-    yield make
-    for store in opened:
-        await store.close()
 
 
 async def test_put_then_get_returns_what_was_stored(make_store: MakeStore) -> None:
@@ -240,7 +160,10 @@ async def test_no_ttl_keeps_responses(make_store: MakeStore) -> None:
     assert await store.sweep() == 0
 
 
-async def test_size_cap_evicts_the_oldest_first(make_store: MakeStore) -> None:
+@SQL_ONLY
+async def test_size_cap_evicts_the_oldest_first(backend: str, make_store: MakeStore) -> None:
+    """At the sweep. The memory store applies its caps in put itself, never to the row it
+    stores (test_history_tenant_caps.py)."""
     rows = [turn(f"r{i}", created_at=T0 + i) for i in range(5)]
     size = rows[0].size()
     assert all(r.size() == size for r in rows)
