@@ -196,3 +196,17 @@ def test_readable_strips_native_noise() -> None:
         "(error.empty()) is false: Failed to parse JSON: syntax error\n"
     )
     assert readable(raw) == "Failed to parse JSON: syntax error"
+
+
+@pytest.mark.parametrize("any_whitespace", [False, True])
+def test_json_grammars_are_compact_unless_any_whitespace_is_asked(
+    builtin_dirs: dict[str, Path], any_whitespace: bool
+) -> None:
+    """Compact is vLLM's disable_any_whitespace: one space after ',' and ':', no other; with
+    any whitespace (vLLM's default) a model may pad a document until max_tokens."""
+    compiler = StructuredCompiler(builtin_dirs["tiny-qwen3-vl"], 263, any_whitespace=any_whitespace)
+    schema = Constraint("json_schema", json.dumps({"type": "object", "properties": {"a": {}}}))
+    for kind in (schema, Constraint("json_object")):
+        assert accepts(compiler, kind, '{"a": 1}')
+        for padded in ('{ "a": 1}', '{"a":  1}', '{"a": 1\n}'):
+            assert accepts(compiler, kind, padded) is any_whitespace, padded
