@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 
 from tandem.gateway.auth_flags import access_config_from_args, add_access_flags
@@ -22,6 +23,8 @@ from tandem.media.flags import add_media_flags, media_policy_from_args
 
 # Every flag's default is the config's own (tests/unit/test_cli_defaults.py checks it).
 _DEFAULTS = GatewayConfig()
+# How often a thread holding the GIL hands it over, in the gateway (Python's default: 5 ms).
+GIL_SWITCH_INTERVAL_S = 0.001
 
 
 def _urls(values: list[str] | None) -> list[str]:
@@ -206,6 +209,11 @@ def run_gateway(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     except ValueError as exc:  # a bad flag: say which, no stack trace
         raise SystemExit(f"tandem gateway: error: {exc}") from None
+    # Threads hand the GIL over every millisecond instead of every five: while a pool thread
+    # runs Python (rendering a long prompt, counting a large body), each of the event loop's
+    # turns waited up to 5 ms for the GIL, and a stream's token took several turns
+    # (docs/benchmarks.md, "Event-loop stalls under large inputs").
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     if use_uvloop(args.event_loop):
         import uvloop
 

@@ -73,6 +73,7 @@ class ModelHandle:
                 zipped.extractall(target)
             return cls.from_dir(target, model_id)
 
-    def encode(self, text: str) -> list[int]:
-        """Blocking; a long text is encoded without holding the GIL (gateway/tokenizing.py)."""
-        return encode_ids(self.tokenizer, text)
+    def encode(self, text: str, at_most: int | None = None) -> list[int]:
+        """Blocking; a long text is encoded without holding the GIL (gateway/tokenizing.py).
+        ``at_most``: TooManyTokens instead of a longer list."""
+        return encode_ids(self.tokenizer, text, at_most=at_most)

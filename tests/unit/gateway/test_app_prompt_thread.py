@@ -186,3 +186,12 @@ def test_json_in_pieces_writes_what_json_bytes_writes() -> None:
         "short": [1, 2],
     }
     assert tokenizing.json_in_pieces(answer) == json_bytes(answer)
+
+
+def test_a_text_over_the_limit_is_counted_not_listed(qwen_meta_dir: Path) -> None:
+    tokenizer = ModelHandle.from_dir(qwen_meta_dir, "m").tokenizer
+    text = "z" * (INLINE_CHARS * 2)  # one token a byte in the built-in tokenizer
+    with pytest.raises(tokenizing.TooManyTokens) as over:
+        tokenizing.encode_ids(tokenizer, text, at_most=len(text) - 1)
+    assert over.value.count == len(text)
+    assert tokenizing.encode_ids(tokenizer, text, at_most=len(text)) == [ord("z")] * len(text)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tandem.errors import make_error
+from tandem.errors import TandemError, make_error
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from tandem.gateway.context import RequestContext
 from tandem.gateway.model import ModelHandle
-from tandem.gateway.tokenizing import INLINE_CHARS, more_text_than, off_loop_if
+from tandem.gateway.tokenizing import INLINE_CHARS, TooManyTokens, more_text_than, off_loop_if
 from tandem.models.chat import ChatTemplateError
 
 
@@ -56,8 +56,26 @@ def check_takes_video(model: ModelHandle) -> None:
 
 
 def build_prompt(ctx: RequestContext) -> None:
+    try:
+        _build_prompt(ctx)
+    except TooManyTokens as over:
+        # Counted, never listed: the ids of a prompt this long are not needed.
+        raise _over_context(over.count, ctx.model.info.max_context) from None
+
+
+def _over_context(count: int, limit: int) -> TandemError:
+    return make_error(
+        "invalid_request",
+        f"the prompt has {count} tokens; the model's context is {limit}",
+        param="messages",
+    )
+
+
+def _build_prompt(ctx: RequestContext) -> None:
     model = ctx.model
     body = ctx.body
+    # A prompt of the whole context or more is refused below; its count is enough for that.
+    at_most = model.info.max_context - 1 if model.info.max_context else None
     if isinstance(body, ChatCompletionRequest):
         parts = body.media_parts()
         ctx.media_kinds = [kind for kind, _ in parts]
@@ -65,10 +83,10 @@ def build_prompt(ctx: RequestContext) -> None:
         if "video" in ctx.media_kinds:
             check_takes_video(model)  # before the template, which may not know video parts
         ctx.prompt_text = render_chat(model, body.template_messages(), body.template_tools())
-        ctx.prompt_ids = model.encode(ctx.prompt_text)
+        ctx.prompt_ids = model.encode(ctx.prompt_text, at_most)
     elif isinstance(body.prompt, str):
         ctx.prompt_text = body.prompt
-        ctx.prompt_ids = model.encode(body.prompt)
+        ctx.prompt_ids = model.encode(body.prompt, at_most)
     else:
         vocab = model.info.vocab_size
         bad = [t for t in body.prompt if not 0 <= t < vocab]
@@ -83,11 +101,7 @@ def build_prompt(ctx: RequestContext) -> None:
         raise make_error("invalid_request", "the prompt is empty", param="messages")
     limit = model.info.max_context
     if limit and len(ctx.prompt_ids) >= limit:
-        raise make_error(
-            "invalid_request",
-            f"the prompt has {len(ctx.prompt_ids)} tokens; the model's context is {limit}",
-            param="messages",
-        )
+        raise _over_context(len(ctx.prompt_ids), limit)
     wanted = body.output_limit()
     if limit and wanted is not None and len(ctx.prompt_ids) + wanted > limit:
         # Refused as vLLM and OpenAI do, rather than clamped: the client asked for more
