@@ -1,9 +1,15 @@
-"""No two packages under src/tandem import each other, directly or through others.
+"""No import cycle under src/tandem: between modules, and between sibling packages.
 
-A package is a directory; the modules directly in it belong to it. An import of a module
-in an enclosing package (``tandem.gateway.pd`` using ``tandem.gateway.metrics``) is how a
-package reaches shared pieces and does not count; every other edge between packages does,
-imports under ``TYPE_CHECKING`` included (a type checker follows them too).
+Modules: every import counts, wherever it is written (at the top, under ``TYPE_CHECKING``,
+inside a function) and whatever it names (a module of an enclosing package included); an
+import names the deepest module it reaches (``from tandem.a import b`` is ``tandem.a.b``
+when that is a module, else ``tandem.a``'s ``__init__``). A cycle there means two files'
+types or helpers sit in the wrong place.
+
+Packages: a package is a directory and the modules directly in it belong to it. An import
+of a module in an enclosing package (``tandem.gateway.pd`` using ``tandem.gateway.metrics``)
+is how a package reaches shared pieces and does not count at this level (the module graph
+checks it); every other edge between packages does.
 """
 
 from __future__ import annotations
@@ -44,6 +50,34 @@ def _imports(module: str, tree: ast.AST, is_package: bool) -> set[str]:
             targets.add(stem)
             targets.update(f"{stem}.{alias.name}" for alias in node.names)
     return targets
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    """Every module's dotted name → (its file, whether it is a package's ``__init__``)."""
+    found: dict[str, tuple[Path, bool]] = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        is_package = rel.name == "__init__"
+        found[".".join(rel.parts[:-1] if is_package else rel.parts)] = (path, is_package)
+    return found
+
+
+def module_graph() -> dict[str, set[str]]:
+    modules = _modules()
+
+    def deepest(dotted: str) -> str | None:
+        while dotted and dotted not in modules:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    graph: dict[str, set[str]] = {}
+    for module, (path, is_package) in modules.items():
+        edges = graph.setdefault(module, set())
+        for target in _imports(module, ast.parse(path.read_text()), is_package):
+            reached = deepest(target)
+            if reached is not None and reached != module:
+                edges.add(reached)
+    return graph
 
 
 def package_graph() -> dict[str, set[str]]:
@@ -92,6 +126,16 @@ def test_no_import_cycle_between_packages() -> None:
     assert "tandem.gateway.pd" in graph and "tandem.gateway.dispatch" in graph
     cycle = find_cycle(graph)
     assert cycle is None, "packages import each other: " + " -> ".join(cycle or [])
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph = module_graph()
+    # The graph sees the edges this file is about: a parent-package module, a function-level
+    # import and a TYPE_CHECKING one.
+    assert "tandem.gateway.metrics" in graph["tandem.gateway.pd.sequential"]
+    assert "tandem.engine.structured" in graph["tandem.engine.request"]  # TYPE_CHECKING
+    cycle = find_cycle(graph)
+    assert cycle is None, "modules import each other: " + " -> ".join(cycle or [])
 
 
 def test_the_check_finds_a_cycle() -> None:

@@ -24,7 +24,8 @@ import torch
 
 from tandem.engine.kv_store import KvStore
 from tandem.engine.prefix_cache import PrefixCache
-from tandem.engine.request import EngineOutput, EngineRequest, RefusedField
+from tandem.engine.refusals import RefusedField
+from tandem.engine.request import EngineOutput, EngineRequest
 from tandem.engine.stats import EngineCounters, EngineStats, engine_counters
 from tandem.engine.structured import CompiledConstraint
 from tandem.engine.structured_spec import Constraint, StructuredOutputError

@@ -13,18 +13,6 @@ if TYPE_CHECKING:
     from tandem.engine.structured import CompiledConstraint
 
 
-class RefusedField(ValueError):
-    """A request field an engine cannot honour as sent; ``code`` is its catalogued error.
-
-    The servicer answers INVALID_ARGUMENT with the message and sends ``code`` in the
-    trailing metadata (``tandem.errors.ERROR_CATALOGUE``), so the gateway can pass it on.
-    """
-
-    def __init__(self, message: str, code: str = "unsupported_parameter") -> None:
-        super().__init__(message)
-        self.code = code
-
-
 @dataclass(slots=True)
 class EngineRequest:
     """One generate call, already validated and converted from the wire.

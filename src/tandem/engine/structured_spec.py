@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tandem.engine.request import RefusedField
+from tandem.engine.refusals import RefusedField
 
 ConstraintKind = Literal[
     "json_schema", "regex", "grammar", "structural_tag", "json_object", "choice"

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from tandem.gateway.api.responses import Usage
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, SamplingSummary
 from tandem.gateway.model import ModelHandle
+from tandem.gateway.pipeline.shaping_plan import ShapingPlan
 from tandem.gateway.types import MmPath, Route
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest
-
-if TYPE_CHECKING:  # the parsers import this module
-    from tandem.gateway.pipeline.shaping import ShapingPlan
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ import numpy as np
 
 from tandem.engine.block_keys import hash_salt
 from tandem.engine.logprobs import MAX_TOP_LOGPROBS
-from tandem.engine.request import RefusedField
+from tandem.engine.refusals import RefusedField
 from tandem.engine.sampling import SamplingConfig
 from tandem.engine.structured_spec import Constraint, StructuredOutputError
 from tandem.engine.types import MediaInputs, MediaItem

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tandem.engine.protocol import Engine
-from tandem.engine.request import RefusedField
+from tandem.engine.refusals import RefusedField
 from tandem.engine.structured import CompiledConstraint
 from tandem.engine.structured_spec import StructuredOutputError
 from tandem.wire.proto import pb

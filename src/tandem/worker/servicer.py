@@ -24,7 +24,8 @@ from typing import Any
 import grpc
 
 from tandem.engine.protocol import Engine
-from tandem.engine.request import EngineOutput, EngineRequest, RefusedField
+from tandem.engine.refusals import RefusedField
+from tandem.engine.request import EngineOutput, EngineRequest
 from tandem.engine.types import MediaInputs
 from tandem.errors import WORKER_ERROR_CODE_KEY
 from tandem.media import MediaError

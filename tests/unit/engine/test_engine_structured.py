@@ -29,7 +29,8 @@ from tandem.engine.core import EmbeddedEngine, GrammarViolation
 from tandem.engine.kv_store import KvStore
 from tandem.engine.null import NullEngine, null_shape
 from tandem.engine.prefix_cache import PrefixCache
-from tandem.engine.request import EngineOutput, EngineRequest, RefusedField
+from tandem.engine.refusals import RefusedField
+from tandem.engine.request import EngineOutput, EngineRequest
 from tandem.engine.runner import ModelRunner
 from tandem.engine.sampling import SamplingConfig
 from tandem.engine.structured import CompiledConstraint, TokenMatcher

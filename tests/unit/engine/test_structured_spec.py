@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tandem.engine.request import RefusedField
+from tandem.engine.refusals import RefusedField
 from tandem.engine.structured import StructuredCompiler, readable
 from tandem.engine.structured_spec import (
     Constraint,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tandem.engine.request import RefusedField
+from tandem.engine.refusals import RefusedField
 from tandem.engine.structured_spec import Constraint, StructuredOutputError
 from tandem.wire.proto import pb
 from tandem.worker.inputs import sampling_config, wire_constraint

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,8 +23,14 @@ from tandem.media.budget import ByteLease, run_in_thread_holding
 from tandem.models.image_batch import DecodeCost
 from tandem.models.processor import ImageProcessor, PreprocessedImages
 
-if TYPE_CHECKING:  # process.py imports this module
-    from tandem.gateway.multimodal.process import MediaTimings
+
+@dataclass(slots=True)
+class MediaTimings:
+    """Seconds spent per stage of one request's media, for the gateway's metrics and timing logs."""
+
+    fetch_s: float = 0.0
+    decode_s: float = 0.0
+    preprocess_s: float = 0.0
 
 
 def held_bytes(image: OneImage | None) -> int:

@@ -23,7 +23,7 @@ import httpx
 import numpy as np
 
 from tandem.errors import TandemError, make_error
-from tandem.gateway.multimodal.misses import MissWork, held_bytes
+from tandem.gateway.multimodal.misses import MediaTimings, MissWork, held_bytes
 from tandem.gateway.multimodal.pixel_cache import CacheKey, OneImage, PixelCache
 from tandem.gateway.multimodal.plan import MediaPlan
 from tandem.gateway.multimodal.pool import ImagePool
@@ -46,15 +46,6 @@ log = logging.getLogger("tandem.gateway.multimodal")
 # Headers + BLAKE3 take ~0.08 ms for a 300 KB JPEG: below this many bytes they run on the
 # loop, where a thread hop would cost more than the work (and a GIL hand-off each way).
 _INLINE_HASH_BYTES = 1 << 20
-
-
-@dataclass(slots=True)
-class MediaTimings:
-    """Seconds spent per stage, for the gateway's metrics and timing logs."""
-
-    fetch_s: float = 0.0
-    decode_s: float = 0.0
-    preprocess_s: float = 0.0
 
 
 @dataclass(slots=True)

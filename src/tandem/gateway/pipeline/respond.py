@@ -36,7 +36,7 @@ from tandem.gateway.logprobs import (
     chat_logprobs,
     entries_from_wire,
 )
-from tandem.gateway.pipeline.shaping import ChoiceStreamer
+from tandem.gateway.pipeline.shaping_plan import ChoiceStreamer
 from tandem.gateway.stops import StopMatcher
 from tandem.gateway.tools.calls import CallStart, ContentPiece, ReasoningPiece
 from tandem.wire.proto import pb
