@@ -1,10 +1,11 @@
-"""Token logprobs from the wire, rendered in OpenAI's chat and legacy-completions shapes.
+"""Token logprobs from the workers, rendered in OpenAI's chat and legacy-completions shapes.
 
-Workers send ids and numbers (``OutputLogProbs``); the gateway turns ids into the token's
-text and bytes with its own tokenizer. The text is the token decoded alone (a token that
-ends inside a UTF-8 character reads as U+FFFD, as in vLLM's server); the bytes are exact
-for byte-level tokenizers, where the token's spelling maps back to them one character a
-byte, so a client can rebuild multi-byte characters from consecutive tokens.
+Workers send ids and numbers (each protocol's frames are read into :class:`LogprobEntry`);
+the gateway turns ids into the token's text and bytes with its own tokenizer. The text is
+the token decoded alone (a token that ends inside a UTF-8 character reads as U+FFFD, as in
+vLLM's server); the bytes are exact for byte-level tokenizers, where the token's spelling
+maps back to them one character a byte, so a client can rebuild multi-byte characters from
+consecutive tokens.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from tandem.models.byte_level import token_bytes
-from tandem.wire.proto import pb
 
 # JSON has no -inf: a masked alternative is reported with vLLM's floor.
 LOGPROB_FLOOR = -9999.0
@@ -30,20 +30,6 @@ class LogprobEntry:
     token_id: int
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
-
-
-def entries_from_wire(logprobs: pb.OutputLogProbs) -> list[LogprobEntry]:
-    """The entries of one frame, in token order; alternatives where the worker sent them."""
-    tops = logprobs.top_logprobs
-    entries = []
-    for i, (token, value) in enumerate(
-        zip(logprobs.token_ids, logprobs.token_logprobs, strict=False)
-    ):
-        top: tuple[tuple[int, float], ...] = ()
-        if i < len(tops):
-            top = tuple(zip(tops[i].token_ids, tops[i].values, strict=False))
-        entries.append(LogprobEntry(int(token), float(value), top))
-    return entries
 
 
 def _finite(value: float) -> float:

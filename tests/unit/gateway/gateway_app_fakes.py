@@ -23,6 +23,8 @@ from PIL import Image
 
 from tandem.errors import TandemError
 from tandem.gateway.app import build_app
+from tandem.gateway.backends.frames import Frame
+from tandem.gateway.backends.vllm.frames import frame_of
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.streams import OpenedStream
@@ -52,7 +54,7 @@ class ScriptedDispatcher:
         ctx.pixels = None  # "sent", as the real dispatchers do
         if self.fail is not None:
             raise self.fail
-        return OpenedStream(self._frames(), lambda ok: None)
+        return OpenedStream(read_wire(self._frames()), lambda ok: None)
 
     async def _frames(self) -> AsyncIterator[pb.GenerateResponse]:
         for token in self.tokens:
@@ -60,6 +62,12 @@ class ScriptedDispatcher:
         yield pb.GenerateResponse(
             complete=pb.GenerateComplete(finish_reason="stop", completion_tokens=len(self.tokens))
         )
+
+
+async def read_wire(messages: AsyncIterator[pb.GenerateResponse]) -> AsyncIterator[Frame]:
+    """A scripted worker's vLLM frames as the gateway's client reads them."""
+    async for message in messages:
+        yield frame_of(message)
 
 
 def make_gateway(model_dir: Path, **config: Any) -> tuple[GatewayState, ScriptedDispatcher]:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from gateway_app_fakes import MODEL, ScriptedDispatcher, make_gateway
+from gateway_app_fakes import MODEL, ScriptedDispatcher, make_gateway, read_wire
 
 from tandem.errors import make_error
 from tandem.gateway.app import build_app
@@ -45,7 +45,7 @@ class LogprobWorker(ScriptedDispatcher):
         assert ctx.wire is not None
         self.seen.append(ctx.wire)
         await super().open(ctx)
-        return OpenedStream(self._answer(ctx.wire), lambda ok: None)
+        return OpenedStream(read_wire(self._answer(ctx.wire)), lambda ok: None)
 
     def _logprobs(self, positions: range, k: int | None) -> pb.OutputLogProbs:
         out = pb.OutputLogProbs()

@@ -18,22 +18,22 @@ from typing import Any
 from gateway_app_fakes import ScriptedDispatcher, chat_body, make_gateway
 
 from tandem.gateway.app import build_app
+from tandem.gateway.backends.frames import Frame
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.streams import OpenedStream
-from tandem.wire.proto import pb
 
 
 class Frames:
     """A stream of worker frames that records whether it was closed."""
 
-    def __init__(self, frames: AsyncIterator[pb.GenerateResponse]) -> None:
+    def __init__(self, frames: AsyncIterator[Frame]) -> None:
         self._frames = frames
         self.closed = False
 
     def __aiter__(self) -> Frames:
         return self
 
-    async def __anext__(self) -> pb.GenerateResponse:
+    async def __anext__(self) -> Frame:
         return await anext(self._frames)
 
     async def aclose(self) -> None:

@@ -12,7 +12,14 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from gateway_app_fakes import MODEL, ScriptedDispatcher, client, make_gateway, sse_chunks
+from gateway_app_fakes import (
+    MODEL,
+    ScriptedDispatcher,
+    client,
+    make_gateway,
+    read_wire,
+    sse_chunks,
+)
 
 from tandem.gateway.app import build_app
 from tandem.gateway.context import RequestContext
@@ -30,7 +37,7 @@ class CountingWorker(ScriptedDispatcher):
 
     async def open(self, ctx: RequestContext) -> OpenedStream:
         await super().open(ctx)
-        return OpenedStream(self._counted(), lambda ok: None)
+        return OpenedStream(read_wire(self._counted()), lambda ok: None)
 
     async def _counted(self) -> AsyncIterator[pb.GenerateResponse]:
         for token in self.tokens:

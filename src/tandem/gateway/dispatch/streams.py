@@ -15,20 +15,21 @@ from typing import Protocol
 import grpc
 
 from tandem.errors import WORKER_ERROR_CODE_KEY, TandemError, error_from_grpc, make_error
+from tandem.gateway.backends.frames import Frame
 from tandem.gateway.workers.client import GenerateStream
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker
 from tandem.wire.pixels import PixelPayload
-from tandem.wire.proto import GenerateRequest, pb
+from tandem.wire.proto import GenerateRequest
 from tandem.wire.requests import has_mm_inputs
 
 
 class Frames(Protocol):
     """What an opened stream yields: frames, and ``aclose`` to drop what is left."""
 
-    def __aiter__(self) -> AsyncIterator[pb.GenerateResponse]: ...
+    def __aiter__(self) -> AsyncIterator[Frame]: ...
 
-    def __anext__(self) -> Awaitable[pb.GenerateResponse]: ...
+    def __anext__(self) -> Awaitable[Frame]: ...
 
     async def aclose(self) -> None: ...
 
@@ -105,7 +106,7 @@ def send(
 
 async def first_frame(
     stream: GenerateStream, worker: Worker, error_code: str
-) -> tuple[GenerateStream, pb.GenerateResponse]:
+) -> tuple[GenerateStream, Frame]:
     """Wait for the worker's first frame; failures come back as TandemError."""
     try:
         first = await anext(stream)
@@ -124,7 +125,7 @@ async def start_stream(
     request: GenerateRequest,
     timeout_s: float,
     error_code: str,
-) -> tuple[GenerateStream, pb.GenerateResponse]:
+) -> tuple[GenerateStream, Frame]:
     """``send`` and ``first_frame`` for a leg that carries no pixel payload."""
     stream = send(registry, worker, request, timeout_s, error_code=error_code)
     return await first_frame(stream, worker, error_code)
@@ -141,15 +142,15 @@ class Relay:
 
     __slots__ = ("_error_code", "_first", "_stream")
 
-    def __init__(self, stream: GenerateStream, first: pb.GenerateResponse, error_code: str) -> None:
+    def __init__(self, stream: GenerateStream, first: Frame, error_code: str) -> None:
         self._stream = stream
-        self._first: pb.GenerateResponse | None = first
+        self._first: Frame | None = first
         self._error_code = error_code
 
     def __aiter__(self) -> Relay:
         return self
 
-    async def __anext__(self) -> pb.GenerateResponse:
+    async def __anext__(self) -> Frame:
         first, self._first = self._first, None
         if first is not None:
             return first
@@ -170,7 +171,7 @@ class Relay:
         await self._stream.aclose()
 
 
-def relay(stream: GenerateStream, first: pb.GenerateResponse, error_code: str) -> Relay:
+def relay(stream: GenerateStream, first: Frame, error_code: str) -> Relay:
     """Yield the stream's frames (the first one included); map mid-stream failures."""
     return Relay(stream, first, error_code)
 

@@ -17,17 +17,17 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from tandem.gateway.backends.frames import Frame
 from tandem.gateway.dispatch.streams import first_frame
 from tandem.gateway.workers.client import GenerateStream
 from tandem.gateway.workers.worker import Worker
-from tandem.wire.proto import pb
 
 log = logging.getLogger("tandem.gateway.pd")
 
 # How long an abandoned decode leg may run on to finish its KV pull before Abort.
 DEFER_ABORT_S = 30.0
 
-Opening = asyncio.Future[tuple[GenerateStream, pb.GenerateResponse]]
+Opening = asyncio.Future[tuple[GenerateStream, Frame]]
 _pending: set[asyncio.Task[None]] = set()  # strong references until each one ends
 
 
@@ -36,7 +36,7 @@ async def first_decode_frame(
     worker: Worker,
     error_code: str,
     release_prefill: Callable[[], Awaitable[None]],
-) -> tuple[GenerateStream, pb.GenerateResponse]:
+) -> tuple[GenerateStream, Frame]:
     """``first_frame`` of a decode leg whose abort, if the caller gives up, is deferred."""
     opening = asyncio.ensure_future(first_frame(stream, worker, error_code))
     try:

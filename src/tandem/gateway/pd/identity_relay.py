@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from tandem.gateway.backends.frames import MediaIdentity
 from tandem.wire.proto import pb
 from tandem.wire.requests import apply_media_identity, has_media_refs
 
@@ -18,7 +19,7 @@ log = logging.getLogger("tandem.gateway.pd")
 
 def apply_prefill_media_identity(
     decode_leg: pb.GenerateRequest,
-    identity: pb.MediaIdentity | None,
+    identity: MediaIdentity | None,
     *,
     handed_off: bool,
     relay: bool,
@@ -40,6 +41,7 @@ def apply_prefill_media_identity(
     if not (handed_off and relay and has_media_refs(decode_leg)):
         return False
     if identity is not None:
+        assert isinstance(identity, pb.MediaIdentity), "a vLLM prefill leg's identity"
         return apply_media_identity(decode_leg, identity, request_id)
     if solicited:
         log.warning(

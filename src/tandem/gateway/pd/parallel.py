@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator
 
 from tandem.errors import TandemError
 from tandem.gateway import metrics
+from tandem.gateway.backends.frames import Frame
 from tandem.gateway.dispatch.leg_bytes import record_leg
 from tandem.gateway.dispatch.streams import (
     OpenedStream,
@@ -34,7 +35,7 @@ from tandem.gateway.pd.selection import Pair
 from tandem.gateway.workers.client import GenerateStream
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.wire.pixels import PixelPayload
-from tandem.wire.proto import GenerateRequest, pb
+from tandem.wire.proto import GenerateRequest
 from tandem.wire.requests import prefill_leg_of
 
 
@@ -117,7 +118,7 @@ async def open_parallel(
     return OpenedStream(relay(decode_stream, decode_first, "decode_stream_error"), pair.close)
 
 
-async def _retire(task: asyncio.Future[tuple[GenerateStream, pb.GenerateResponse]]) -> None:
+async def _retire(task: asyncio.Future[tuple[GenerateStream, Frame]]) -> None:
     """Cancel a leg that is no longer wanted; if it had started, drop its stream (Abort)."""
     if not task.done():
         task.cancel()
@@ -141,7 +142,7 @@ class Merged:
     def __aiter__(self) -> Merged:
         return self
 
-    async def __anext__(self) -> pb.GenerateResponse:
+    async def __anext__(self) -> Frame:
         return await anext(self._frames)
 
     async def aclose(self) -> None:
@@ -156,8 +157,8 @@ def merge(opened: list[OpenedStream]) -> Merged:
     return Merged(opened)
 
 
-async def _merge(opened: list[OpenedStream]) -> AsyncGenerator[pb.GenerateResponse, None]:
-    queue: asyncio.Queue[tuple[int, pb.GenerateResponse | BaseException | None]] = asyncio.Queue()
+async def _merge(opened: list[OpenedStream]) -> AsyncGenerator[Frame, None]:
+    queue: asyncio.Queue[tuple[int, Frame | BaseException | None]] = asyncio.Queue()
 
     async def pump(index: int, stream: OpenedStream) -> None:
         try:
@@ -178,10 +179,7 @@ async def _merge(opened: list[OpenedStream]) -> AsyncGenerator[pb.GenerateRespon
                 continue
             if isinstance(item, BaseException):
                 raise item
-            if item.HasField("chunk"):
-                item.chunk.index = index
-            else:
-                item.complete.index = index
+            item.index = index
             yield item
     finally:
         for task in tasks:

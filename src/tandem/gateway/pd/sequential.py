@@ -14,6 +14,7 @@ import time
 
 from tandem.errors import TandemError
 from tandem.gateway import metrics
+from tandem.gateway.backends.frames import Frame, MediaIdentity
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.leg_bytes import record_leg
 from tandem.gateway.dispatch.streams import (
@@ -45,8 +46,6 @@ from tandem.gateway.pd.release import release_prefill_kv
 from tandem.gateway.pd.selection import Pair
 from tandem.gateway.workers.client import GenerateStream
 from tandem.gateway.workers.registry import WorkerRegistry
-from tandem.wire.kv_params import complete_kv_params_json
-from tandem.wire.proto import MediaIdentity, pb
 from tandem.wire.requests import has_mm_inputs, prefill_leg_of, sampling_n
 
 log = logging.getLogger("tandem.gateway.pd")
@@ -156,15 +155,13 @@ async def open_sequential(
     return OpenedStream(relay(decode_stream, decode_first, "decode_stream_error"), pair.close)
 
 
-async def _drain(
-    stream: GenerateStream, first: pb.GenerateResponse
-) -> tuple[str | None, MediaIdentity | None]:
+async def _drain(stream: GenerateStream, first: Frame) -> tuple[str | None, MediaIdentity | None]:
     """Read the prefill stream to its end; the last Complete frame's params win."""
     kv_json: str | None = None
     identity: MediaIdentity | None = None
     async for frame in relay(stream, first, "prefill_stream_error"):
-        if frame.HasField("complete"):
-            kv_json = complete_kv_params_json(frame.complete) or kv_json
-            if frame.complete.HasField("media_identity"):
-                identity = frame.complete.media_identity
+        if frame.final:
+            kv_json = frame.kv_params or kv_json
+            if frame.media_identity is not None:
+                identity = frame.media_identity
     return kv_json, identity

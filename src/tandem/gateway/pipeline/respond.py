@@ -26,6 +26,7 @@ from tandem.gateway.api.responses import (
     text_completion,
     tool_call_dict,
 )
+from tandem.gateway.backends.frames import Frame
 from tandem.gateway.context import RequestContext
 from tandem.gateway.detokenize import IncrementalDetokenizer
 from tandem.gateway.dispatch.streams import OpenedStream
@@ -34,12 +35,10 @@ from tandem.gateway.logprobs import (
     LogprobEntry,
     chat_content,
     chat_logprobs,
-    entries_from_wire,
 )
 from tandem.gateway.pipeline.shaping_plan import ChoiceStreamer
 from tandem.gateway.stops import StopMatcher
 from tandem.gateway.tools.calls import CallStart, ContentPiece, ReasoningPiece
-from tandem.wire.proto import pb
 
 
 @dataclass(slots=True)
@@ -113,42 +112,34 @@ class Collector:
         self.cached_tokens = 0
         self.first_token_at: float | None = None
 
-    def apply(self, frame: pb.GenerateResponse) -> Event:
+    def apply(self, frame: Frame) -> Event:
         """Fold one frame into its choice."""
-        if frame.HasField("chunk"):
-            chunk = frame.chunk
-            choice = self._choice(chunk.index)
-            self._mark_first_token(chunk.token_ids)
-            was = choice.finish_reason
-            entries = self._logprobs(choice, chunk, "output_logprobs")
-            text, used = choice.feed(list(chunk.token_ids))
+        choice = self._choice(frame.index)
+        was = choice.finish_reason
+        if not frame.final:
+            self._mark_first_token(frame.token_ids)
+            entries = self._logprobs(choice, frame)
+            text, used = choice.feed(list(frame.token_ids))
             entries = self._keep(choice, entries, used)
         else:
-            done = frame.complete
-            choice = self._choice(done.index)
-            self.prompt_tokens = done.prompt_tokens or self.prompt_tokens
-            self.cached_tokens = max(self.cached_tokens, done.cached_tokens)
-            was = choice.finish_reason
+            self.prompt_tokens = frame.prompt_tokens or self.prompt_tokens
+            self.cached_tokens = max(self.cached_tokens, frame.cached_tokens)
             text, entries = "", []
             if not self.streamed_by_worker:
-                # A stream's Complete repeats (vLLM) or omits its last delta: chunks only.
-                self._mark_first_token(done.output_ids)
-                entries = self._logprobs(choice, done, "output_logprobs")
-                text, used = choice.feed(list(done.output_ids))
+                # A stream's final frame repeats (vLLM) or omits its last delta: chunks only.
+                self._mark_first_token(frame.token_ids)
+                entries = self._logprobs(choice, frame)
+                text, used = choice.feed(list(frame.token_ids))
                 entries = self._keep(choice, entries, used)
-            text += choice.finish(done.finish_reason)
+            text += choice.finish(frame.finish_reason)
         finished = choice.finish_reason if was is None else None
         return Event(choice.index, text, finished, entries)
 
-    def _logprobs(
-        self, choice: Choice, frame: pb.GenerateStreamChunk | pb.GenerateComplete, name: str
-    ) -> list[LogprobEntry]:
+    def _logprobs(self, choice: Choice, frame: Frame) -> list[LogprobEntry]:
         """The frame's entries; none once the choice has finished."""
         if not self.wants_logprobs or choice.finish_reason is not None:
             return []
-        if not frame.HasField(name):
-            return []
-        return entries_from_wire(getattr(frame, name))
+        return frame.logprobs() if frame.logprobs is not None else []
 
     @staticmethod
     def _keep(choice: Choice, entries: list[LogprobEntry], used: int) -> list[LogprobEntry]:

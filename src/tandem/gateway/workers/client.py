@@ -22,6 +22,8 @@ from typing import Any
 
 import grpc
 
+from tandem.gateway.backends.frames import Frame
+from tandem.gateway.backends.vllm.frames import frame_of
 from tandem.wire.pixels import PixelPayload, serialize_with_pixels
 from tandem.wire.proto import common, pb, pb_grpc
 from tandem.wire.worker_marker import TANDEM_WORKER_METADATA_KEY
@@ -43,7 +45,7 @@ _LOCAL_END_CODES = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLIN
 
 
 class GenerateStream:
-    """Async iterator over one ``Generate`` call's ``GenerateResponse`` frames.
+    """Async iterator over one ``Generate`` call's frames, read into neutral frames.
 
     Abandoning it early (``break`` out of ``async for``, cancelling the consuming
     task, leaving ``async with`` or calling :meth:`aclose`) cancels the call and
@@ -74,7 +76,7 @@ class GenerateStream:
     def __aiter__(self) -> GenerateStream:
         return self
 
-    async def __anext__(self) -> pb.GenerateResponse:
+    async def __anext__(self) -> Frame:
         if self._ended:
             raise StopAsyncIteration
         try:
@@ -91,9 +93,10 @@ class GenerateStream:
             self._ended = True
             raise StopAsyncIteration
         self.started = True
-        if message.HasField("complete"):
+        frame = frame_of(message)
+        if frame.final:
             self._completed += 1
-        return message
+        return frame
 
     async def aclose(self) -> None:
         self._drop()

@@ -26,6 +26,8 @@ from typing import Any, cast
 import grpc
 from fake_worker_scripts import Handler, well_behaved
 
+from tandem.gateway.backends.frames import Frame
+from tandem.gateway.backends.vllm.frames import frame_of
 from tandem.gateway.workers.client import WorkerClient
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest, pb
@@ -121,7 +123,7 @@ class FakeGenerateStream:
     def __aiter__(self) -> FakeGenerateStream:
         return self
 
-    async def __anext__(self) -> pb.GenerateResponse:
+    async def __anext__(self) -> Frame:
         if self._ended:
             raise StopAsyncIteration
         self.reading = True
@@ -142,9 +144,10 @@ class FakeGenerateStream:
             raise
         self.started = True
         self.frames_sent += 1
-        if message.HasField("complete"):
+        frame = frame_of(message)  # as the real client reads the wire
+        if frame.final:
             self._completed += 1
-        return message
+        return frame
 
     async def _open(self) -> AsyncIterator[pb.GenerateResponse]:
         result = self._handler(self._worker.url, self._request)

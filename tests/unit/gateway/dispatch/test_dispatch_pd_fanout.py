@@ -60,9 +60,9 @@ async def test_n2_makes_two_pairs_with_ids_seeds_and_restamped_frames(model: Mod
     assert request_kv(decodes[ids[0]])["transfer_id"] != request_kv(decodes[ids[1]])["transfer_id"]
 
     # Every worker answered as sample 0; the merged stream says which sample it is.
-    by_index = {f.chunk.index: list(f.chunk.token_ids) for f in frames if f.HasField("chunk")}
+    by_index = {f.index: list(f.token_ids) for f in frames if not f.final}
     assert by_index == {i: decode_tokens(decodes[rid]) for i, rid in enumerate(ids)}
-    assert sorted(f.complete.index for f in frames if f.HasField("complete")) == [0, 1]
+    assert sorted(f.index for f in frames if f.final) == [0, 1]
     assert ctx.wire.SerializeToString(deterministic=True) == asked
     assert bench.workers.aborts == [] and set(bench.in_flight().values()) == {0}
 

@@ -68,7 +68,7 @@ async def test_prefill_leg_is_a_sanitized_copy_and_decode_gets_its_kv_verbatim(
     assert list(decode.tokenized.input_ids) == list(ctx.wire.tokenized.input_ids)
 
     assert snapshot(ctx.wire) == asked  # what the client asked for, untouched
-    assert [f.chunk.token_ids for f in frames if f.HasField("chunk")] == [decode_tokens(decode)]
+    assert [f.token_ids for f in frames if not f.final] == [decode_tokens(decode)]
     assert bench.workers.aborts == [] and bench.workers.releases == []
     assert set(bench.in_flight().values()) == {0}
 
@@ -233,4 +233,4 @@ async def test_sequential_n2_is_one_pair_without_kv_handoff(model: ModelHandle) 
     prefill, decode = bench.only_call(PREFILL_A).request, bench.only_call(DECODE_A).request
     assert prefill.kv_transfer_params_json == "" and prefill.sampling_params.n == 1
     assert decode.kv_transfer_params_json == "" and decode.sampling_params.n == 2
-    assert sorted(f.complete.index for f in frames if f.HasField("complete")) == [0, 1]
+    assert sorted(f.index for f in frames if f.final) == [0, 1]

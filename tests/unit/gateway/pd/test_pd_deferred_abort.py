@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from tandem.gateway.backends.frames import Frame
 from tandem.gateway.pd import deferred_abort
 from tandem.gateway.pd.deferred_abort import first_decode_frame
-from tandem.wire.proto import pb
 
 
 class HeldStream:
@@ -28,13 +28,13 @@ class HeldStream:
     def __aiter__(self) -> HeldStream:
         return self
 
-    async def __anext__(self) -> pb.GenerateResponse:
+    async def __anext__(self) -> Frame:
         try:
             await self.first.wait()
         except asyncio.CancelledError:
             await self.aclose()  # as GenerateStream does: a cancelled read drops the call
             raise
-        return pb.GenerateResponse(chunk=pb.GenerateStreamChunk(token_ids=[1]))
+        return Frame(0, [1])
 
     async def aclose(self) -> None:
         if self.closed_after_first is None:
@@ -90,5 +90,5 @@ async def test_a_leg_that_answers_in_time_is_not_aborted() -> None:
         raise AssertionError("nothing to release: the leg was not abandoned")
 
     got, first = await first_decode_frame(stream, SimpleNamespace(url="d:1"), "x", release)  # type: ignore[arg-type]
-    assert got is stream and first.chunk.token_ids == [1]
+    assert got is stream and list(first.token_ids) == [1]
     assert stream.closed_after_first is None

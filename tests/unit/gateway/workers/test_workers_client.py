@@ -9,6 +9,7 @@ import grpc
 import pytest
 from workers_fake_engine import TOKENIZER_ZIP, FakeEngineWorker, free_port
 
+from tandem.gateway.backends.frames import Frame
 from tandem.gateway.workers.client import GenerateStream, WorkerClient
 from tandem.wire.proto import pb
 
@@ -24,7 +25,7 @@ def request(rid: str = "req-1", n: int = 1) -> pb.GenerateRequest:
     )
 
 
-async def drain(stream: GenerateStream) -> list[pb.GenerateResponse]:
+async def drain(stream: GenerateStream) -> list[Frame]:
     return [frame async for frame in stream]
 
 
@@ -33,7 +34,7 @@ async def test_full_stream_yields_chunks_then_complete_and_sends_no_abort(
 ) -> None:
     stream = client.generate(request())
     frames = await asyncio.wait_for(drain(stream), WAIT)
-    kinds = [f.WhichOneof("response") for f in frames]
+    kinds = ["complete" if f.final else "chunk" for f in frames]
     assert kinds == ["chunk"] * fake_worker.state.frames_per_sample + ["complete"]
     assert stream.started and stream.completed
     del stream
@@ -46,7 +47,7 @@ async def test_break_after_every_sample_completed_sends_no_abort(
 ) -> None:
     completes = 0
     async for frame in client.generate(request(n=2)):
-        completes += frame.HasField("complete")
+        completes += frame.final
         if completes == 2:
             break  # EOF not read yet, but nothing is left running on the worker
     await client.close()
@@ -67,7 +68,7 @@ async def test_break_before_last_sample_completes_sends_abort(
 ) -> None:
     async with client.generate(request("rid-n2", n=2)) as stream:
         async for frame in stream:
-            if frame.HasField("complete"):
+            if frame.final:
                 break  # sample 0 done, sample 1 still running
     await asyncio.wait_for(fake_worker.state.abort_seen.wait(), WAIT)
     assert fake_worker.state.aborted == ["rid-n2"]

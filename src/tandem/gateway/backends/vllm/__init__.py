@@ -1,0 +1,1 @@
+"""The vLLM worker protocol (``vllm.grpc.engine.VllmEngine``, from ``smg-grpc-proto``)."""
