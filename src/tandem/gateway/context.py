@@ -10,8 +10,8 @@ from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest,
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.pipeline.shaping_plan import ShapingPlan
 from tandem.gateway.types import MmPath, Route
+from tandem.gateway.workers.protocol import Leg
 from tandem.wire.pixels import PixelPayload
-from tandem.wire.proto import GenerateRequest
 
 
 @dataclass(slots=True)
@@ -27,6 +27,9 @@ class RequestContext:
     # prompt stage
     prompt_text: str = ""
     prompt_ids: list[int] = field(default_factory=list)
+    # The ids as the workers see them where they differ (the router path expands each
+    # media anchor into its run); None: ``prompt_ids``.
+    worker_ids: list[int] | None = None
     # Every image and video part's URL in the order written, and each one's modality.
     media_urls: list[str] = field(default_factory=list)
     media_kinds: list[str] = field(default_factory=list)
@@ -40,15 +43,14 @@ class RequestContext:
     media_runs: list[tuple[int, int, str]] = field(default_factory=list)  # (offset, len, hash)
     # how the answer's text becomes reasoning, content and tool calls; None: plain text
     shaping: ShapingPlan | None = None
-    # request stage; the pixels stay beside the message until a leg is sent (wire.pixels)
-    wire: GenerateRequest | None = None
+    # request stage: the worker protocol's message (gateway/backends); the pixels stay
+    # beside it until a leg is sent (tandem.wire.pixels)
+    wire: Leg = None
     pixels: PixelPayload | None = None
     had_pixels: bool = False
     # what the access log reports: the legs that served it, the usage the answer carried
     served_by: list[str] = field(default_factory=list)
     usage: Usage | None = None
-    # routing_ids() of the current wire request, copied out of protobuf once per request
-    _routing: tuple[GenerateRequest, list[int]] | None = None
 
     @property
     def stream(self) -> bool:
@@ -63,9 +65,12 @@ class RequestContext:
     def n(self) -> int:
         return self.sampling.n
 
+    @property
+    def worker_streams(self) -> bool:
+        """The workers stream their answer: the client streams, or the gateway applies stop
+        strings itself and drops the stream (aborting the worker) once every choice stopped."""
+        return self.stream or bool(self.sampling.stop)
+
     def routing_ids(self) -> list[int]:
         """Token ids as the workers will see them (expanded on the router path)."""
-        assert self.wire is not None
-        if self._routing is None or self._routing[0] is not self.wire:
-            self._routing = (self.wire, list(self.wire.tokenized.input_ids))
-        return self._routing[1]
+        return self.prompt_ids if self.worker_ids is None else self.worker_ids

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from tandem.errors import TandemError, make_error
 from tandem.gateway.admission import AdmissionQueue, PixelBudget
+from tandem.gateway.backend import Backend, make_backend
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.dispatch.aggregated import AggregatedDispatcher
 from tandem.gateway.dispatch.base import Dispatcher
@@ -20,7 +21,6 @@ from tandem.gateway.pd.dispatcher import PDDispatcher
 from tandem.gateway.workers.health import HealthChecker
 from tandem.gateway.workers.policies.factory import make_policy
 from tandem.gateway.workers.registry import WorkerRegistry
-from tandem.gateway.workers.tensor_transport import TensorTransport
 from tandem.gateway.workers.worker import Worker
 from tandem.wire.shm import sweep_stale_segments
 
@@ -31,6 +31,7 @@ log = logging.getLogger("tandem.gateway")
 class GatewayState:
     config: GatewayConfig
     registry: WorkerRegistry = field(default_factory=WorkerRegistry)
+    backend: Backend = field(init=False)  # the workers' protocol (gateway/backends)
     model: ModelHandle | None = None
     health: HealthChecker | None = None
     dispatcher: Dispatcher = field(init=False)
@@ -62,11 +63,12 @@ class GatewayState:
                     known.remove_worker(worker.url)
 
         self.registry.on_change(forget)
-        self.registry.tensor_transport = TensorTransport(
-            config.mm_tensor_transport, config.mm_shm_min_bytes
-        )
+        self.backend = make_backend(config)
+        self.registry.sender = self.backend.sender
         if config.pd_disaggregation:
-            self.dispatcher = PDDispatcher(self.registry, prefill_policy, decode_policy, config)
+            self.dispatcher = PDDispatcher(
+                self.registry, self.backend, prefill_policy, decode_policy, config
+            )
         else:
             self.dispatcher = AggregatedDispatcher(self.registry, policy, config)
 
@@ -147,6 +149,6 @@ class GatewayState:
             pool, self.image_pool = self.image_pool, None
             await pool.stop()
         self.pixel_cache.clear()
-        self.registry.tensor_transport.close()  # segments of calls that never ended
+        self.backend.sender.close()  # segments of calls that never ended
         if self.history is not None:
             await self.history.close()

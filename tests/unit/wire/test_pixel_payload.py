@@ -7,7 +7,8 @@ import gc
 import numpy as np
 import pytest
 
-from tandem.wire.pixels import PixelPayload, serialize_with_pixels
+from tandem.wire.pixel_splice import serialize_with_pixels
+from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest
 from tandem.wire.requests import clone_without_mm_pixels
 from tandem.wire.tensors import decode_tensor, encode_tensor

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from tandem.wire import shm as shm_module
-from tandem.wire.pixels import PixelPayload, serialize_with_pixels
+from tandem.wire.pixel_splice import serialize_with_pixels
+from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest, TensorData, common
 from tandem.wire.shm import (
     SHM_DIR,

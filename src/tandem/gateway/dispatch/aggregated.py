@@ -5,7 +5,6 @@ from __future__ import annotations
 from tandem.errors import TandemError
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
-from tandem.gateway.dispatch.leg_bytes import record_leg
 from tandem.gateway.dispatch.retry import with_retries
 from tandem.gateway.dispatch.selection import candidates, claim, pick
 from tandem.gateway.dispatch.streams import OpenedStream, first_frame, relay, send, worker_pixels
@@ -24,11 +23,13 @@ class AggregatedDispatcher:
 
     async def open(self, ctx: RequestContext) -> OpenedStream:
         assert ctx.wire is not None
-        record_leg("aggregated", ctx.wire, ctx.pixels)
+        sender = self.registry.leg_sender
+        sender.record_leg("aggregated", ctx.wire, ctx.pixels)
         return await with_retries(
             ctx,
             lambda tried: self._attempt(ctx, tried),
             self.config.max_retries,
+            sender.rename,
             # No worker left to try is the answer, not a failure to retry.
             may_retry=lambda err: err.code != "no_available_workers",
         )

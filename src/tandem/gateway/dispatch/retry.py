@@ -18,6 +18,7 @@ from tandem.errors import TandemError
 from tandem.gateway import metrics
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.streams import OpenedStream
+from tandem.gateway.workers.protocol import Leg
 
 log = logging.getLogger("tandem.gateway.dispatch")
 
@@ -30,10 +31,12 @@ async def with_retries(
     ctx: RequestContext,
     attempt: Attempt,
     max_retries: int,
+    rename: Callable[[Leg, str], None],
     may_retry: Callable[[TandemError], bool] = lambda err: True,
     elsewhere: str = "worker",
 ) -> OpenedStream:
-    """``attempt`` until one opens a stream, or the failure is final."""
+    """``attempt`` until one opens a stream, or the failure is final; ``rename`` is the worker
+    protocol's (``LegSender.rename``)."""
     tried: set[str] = set()
     retries = 0
     while True:
@@ -45,17 +48,17 @@ async def with_retries(
                 raise
             retries += 1
             log.warning("request %s: %s; retrying on another %s", ctx.request_id, err, elsewhere)
-            next_attempt(ctx, retries)
+            next_attempt(ctx, retries, rename)
             metrics.RETRIES.labels(ctx.route).inc()
             await backoff(retries)
 
 
-def next_attempt(ctx: RequestContext, attempt: int) -> None:
+def next_attempt(ctx: RequestContext, attempt: int, rename: Callable[[Leg, str], None]) -> None:
     """Give a retried request a fresh backend id: the failed try's legs were dropped, and
     the Abort a worker got for that id (or remembers, if it arrived first) must not
     end the retry. Worker logs still show the gateway's id, with a ``-retryN`` suffix."""
     assert ctx.wire is not None
-    ctx.wire.request_id = f"{ctx.request_id}-retry{attempt}"
+    rename(ctx.wire, f"{ctx.request_id}-retry{attempt}")
 
 
 async def backoff(attempt: int) -> None:

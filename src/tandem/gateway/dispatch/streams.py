@@ -16,12 +16,10 @@ import grpc
 
 from tandem.errors import WORKER_ERROR_CODE_KEY, TandemError, error_from_grpc, make_error
 from tandem.gateway.backends.frames import Frame
-from tandem.gateway.workers.client import GenerateStream
+from tandem.gateway.workers.protocol import Leg, WorkerStream
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker
 from tandem.wire.pixels import PixelPayload
-from tandem.wire.proto import GenerateRequest
-from tandem.wire.requests import has_mm_inputs
 
 
 class Frames(Protocol):
@@ -65,16 +63,16 @@ async def worker_pixels(pixels: PixelPayload | None, worker: Worker) -> PixelPay
 def send(
     registry: WorkerRegistry,
     worker: Worker,
-    request: GenerateRequest,
+    request: Leg,
     timeout_s: float,
     pixels: PixelPayload | None = None,
     *,
     error_code: str = "worker_error",
-) -> GenerateStream:
+) -> WorkerStream:
     """Start the call; the request (and ``pixels``) are serialized before this returns.
 
-    Raw pixels are normalized here for a worker that does not normalize on device (on the
-    event loop: callers with pixels pass them through :func:`worker_pixels` first). A
+    The worker protocol's sender puts the pixels in the form and on the transport the
+    worker takes (callers with pixels pass them through :func:`worker_pixels` first). A
     worker removed from the registry since it was selected (``DELETE /workers`` between
     two PD legs) fails the leg with ``error_code`` as a 503 charged to no worker.
     """
@@ -89,24 +87,12 @@ def send(
         )
         err.leg = None  # not the worker's fault: no breaker counts it
         raise err from None
-    if pixels is None and not has_mm_inputs(request):
-        return client.generate(request, timeout=timeout_s)
-    if pixels is not None:
-        pixels = pixels.for_worker(worker.device_normalizes)
-    # Shared-memory segments for this leg, if any, live until its call ends
-    # (gateway/workers/tensor_transport.py).
-    leg = registry.tensor_transport.prepare(worker, request, pixels)
-    try:
-        release = leg.release if leg.segments else None
-        return client.generate(leg.request, timeout=timeout_s, pixels=leg.pixels, on_done=release)
-    except BaseException:
-        leg.release()
-        raise
+    return registry.leg_sender.start(client, worker, request, timeout_s, pixels)
 
 
 async def first_frame(
-    stream: GenerateStream, worker: Worker, error_code: str
-) -> tuple[GenerateStream, Frame]:
+    stream: WorkerStream, worker: Worker, error_code: str
+) -> tuple[WorkerStream, Frame]:
     """Wait for the worker's first frame; failures come back as TandemError."""
     try:
         first = await anext(stream)
@@ -122,10 +108,10 @@ async def first_frame(
 async def start_stream(
     registry: WorkerRegistry,
     worker: Worker,
-    request: GenerateRequest,
+    request: Leg,
     timeout_s: float,
     error_code: str,
-) -> tuple[GenerateStream, Frame]:
+) -> tuple[WorkerStream, Frame]:
     """``send`` and ``first_frame`` for a leg that carries no pixel payload."""
     stream = send(registry, worker, request, timeout_s, error_code=error_code)
     return await first_frame(stream, worker, error_code)
@@ -142,7 +128,7 @@ class Relay:
 
     __slots__ = ("_error_code", "_first", "_stream")
 
-    def __init__(self, stream: GenerateStream, first: Frame, error_code: str) -> None:
+    def __init__(self, stream: WorkerStream, first: Frame, error_code: str) -> None:
         self._stream = stream
         self._first: Frame | None = first
         self._error_code = error_code
@@ -171,7 +157,7 @@ class Relay:
         await self._stream.aclose()
 
 
-def relay(stream: GenerateStream, first: Frame, error_code: str) -> Relay:
+def relay(stream: WorkerStream, first: Frame, error_code: str) -> Relay:
     """Yield the stream's frames (the first one included); map mid-stream failures."""
     return Relay(stream, first, error_code)
 

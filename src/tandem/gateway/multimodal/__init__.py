@@ -1,12 +1,13 @@
 """Image handling in the gateway: the media plan, the router/worker path decision, router-side
-processing into vLLM's ``MultimodalInputs``, and worker-side ``media_refs``.
+processing, and the checks on worker-side refs. Each worker protocol writes the outcome in
+its own messages (vLLM's: ``gateway/backends/vllm/mm_inputs.py``, ``media_refs.py``).
 
 A request with images goes:
 
     plan_images → check_anchors → choose_mm_path
       router: process_images (fetch ∥, decode + preprocess + hash in a thread)
-              → expand_and_assemble (expanded ids + MultimodalInputs)
-      worker: build_media_refs (guarded, verbatim URLs; ids stay unexpanded)
+              → the protocol's assembly (vLLM: expanded ids + MultimodalInputs)
+      worker: check_media_refs (guarded, verbatim URLs; ids stay unexpanded)
               → if a worker is not a Tandem worker: inline_network_refs (http(s) fetched
                 here under the guard, forwarded as data: URLs)
               → after selection: check_media_ref_schemes
@@ -15,8 +16,6 @@ Every refusal is a ``TandemError`` with a stable code (docs/pd-contract.md §19)
 imports torch.
 """
 
-from tandem.gateway.multimodal.assemble import PIXEL_WIRE_DTYPES, expand_and_assemble, write_tensor
-from tandem.gateway.multimodal.media_refs import build_media_refs, check_media_ref_url
 from tandem.gateway.multimodal.path import (
     PathDecision,
     PathReason,
@@ -34,11 +33,11 @@ from tandem.gateway.multimodal.process import (
     media_error_to_tandem,
     process_images,
 )
+from tandem.gateway.multimodal.ref_checks import check_media_ref_url, check_media_refs
 from tandem.gateway.types import MM_PROCESSING_MODES, MmPath, MmProcessingMode
 
 __all__ = [
     "MM_PROCESSING_MODES",
-    "PIXEL_WIRE_DTYPES",
     "MediaPlan",
     "MediaTimings",
     "MmPath",
@@ -47,17 +46,15 @@ __all__ = [
     "PathReason",
     "ProcessedImages",
     "accepted_media_ref_schemes",
-    "build_media_refs",
     "check_anchors",
     "check_legs_accept_media_refs",
     "check_media_ref_schemes",
     "check_media_ref_url",
+    "check_media_refs",
     "choose_mm_path",
-    "expand_and_assemble",
     "filter_media_ref_capable",
     "media_error_to_tandem",
     "parse_scheme_label",
     "plan_images",
     "process_images",
-    "write_tensor",
 ]

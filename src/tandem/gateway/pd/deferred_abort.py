@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from tandem.gateway.backends.frames import Frame
 from tandem.gateway.dispatch.streams import first_frame
-from tandem.gateway.workers.client import GenerateStream
+from tandem.gateway.workers.protocol import WorkerStream
 from tandem.gateway.workers.worker import Worker
 
 log = logging.getLogger("tandem.gateway.pd")
@@ -27,16 +27,16 @@ log = logging.getLogger("tandem.gateway.pd")
 # How long an abandoned decode leg may run on to finish its KV pull before Abort.
 DEFER_ABORT_S = 30.0
 
-Opening = asyncio.Future[tuple[GenerateStream, Frame]]
+Opening = asyncio.Future[tuple[WorkerStream, Frame]]
 _pending: set[asyncio.Task[None]] = set()  # strong references until each one ends
 
 
 async def first_decode_frame(
-    stream: GenerateStream,
+    stream: WorkerStream,
     worker: Worker,
     error_code: str,
     release_prefill: Callable[[], Awaitable[None]],
-) -> tuple[GenerateStream, Frame]:
+) -> tuple[WorkerStream, Frame]:
     """``first_frame`` of a decode leg whose abort, if the caller gives up, is deferred."""
     opening = asyncio.ensure_future(first_frame(stream, worker, error_code))
     try:

@@ -9,21 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 
 from tandem.errors import TandemError
+from tandem.gateway.backend import Backend
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.retry import with_retries
 from tandem.gateway.dispatch.streams import OpenedStream
-from tandem.gateway.pd.connector import kv_mode_for_worker
-from tandem.gateway.pd.fanout import fanout_requests, fanout_width
-from tandem.gateway.pd.parallel import merge, open_parallel
+from tandem.gateway.pd.merge import merge
 from tandem.gateway.pd.selection import Pair, select_pair
-from tandem.gateway.pd.sequential import open_sequential
 from tandem.gateway.workers.policies.base import Policy
+from tandem.gateway.workers.protocol import Leg
 from tandem.gateway.workers.registry import WorkerRegistry
-from tandem.wire.proto import pb
-from tandem.wire.requests import has_media_refs, has_mm_inputs, sampling_n
 
 log = logging.getLogger("tandem.gateway.pd")
 
@@ -43,11 +41,13 @@ class PDDispatcher:
     def __init__(
         self,
         registry: WorkerRegistry,
+        backend: Backend,
         prefill_policy: Policy,
         decode_policy: Policy,
         config: GatewayConfig,
     ) -> None:
         self.registry = registry
+        self.backend = backend
         self.prefill_policy = prefill_policy
         self.decode_policy = decode_policy
         self.config = config
@@ -57,30 +57,24 @@ class PDDispatcher:
         return self.config.pd_dispatch == "parallel"
 
     async def open(self, ctx: RequestContext) -> OpenedStream:
-        assert ctx.wire is not None
-        width = fanout_width(ctx.wire, self.parallel)
-        if width:
-            return await self._fan_out(ctx, width)
+        legs = self.backend.fanout(ctx.wire, self.parallel)
+        if legs:
+            return await self._fan_out(ctx, legs)
         return await with_retries(
             ctx,
             lambda tried: self._attempt(ctx, tried),
             self.config.max_retries,
+            self.registry.leg_sender.rename,
             # Only a prefill that never started leaves nothing behind to redo elsewhere.
             may_retry=lambda err: err.code == "prefill_worker_failed_to_start",
             elsewhere="pair",
         )
 
     async def _attempt(self, ctx: RequestContext, tried: set[str]) -> OpenedStream:
-        assert ctx.wire is not None
         pair = self._pair(ctx, tried)
         ctx.served_by = [f"prefill={pair.prefill.url}", f"decode={pair.decode.url}"]
         try:
-            if self._can_parallel(ctx, pair):
-                pixels, ctx.pixels = ctx.pixels, None
-                return await open_parallel(
-                    ctx.wire, pair, self.registry, self.config.request_timeout_s, pixels
-                )
-            return await open_sequential(ctx, pair, self.registry, self.config.request_timeout_s)
+            return await self._open_pair(ctx, pair, self.parallel)
         except TandemError as err:
             pair.close(False)
             charge_failure(pair, err)
@@ -90,28 +84,25 @@ class PDDispatcher:
             pair.close(False)  # a timeout, a client that left, a bug: settle the count
             raise
 
+    def _open_pair(
+        self, ctx: RequestContext, pair: Pair, parallel: bool
+    ) -> Awaitable[OpenedStream]:
+        timeout = self.config.request_timeout_s
+        return self.backend.open_pair(ctx, pair, self.registry, timeout, parallel=parallel)
+
     def _pair(self, ctx: RequestContext, tried: set[str]) -> Pair:
         return select_pair(self.registry, ctx, self.prefill_policy, self.decode_policy, tried)
 
-    def _can_parallel(self, ctx: RequestContext, pair: Pair) -> bool:
-        request = ctx.wire
-        assert request is not None
-        if not self.parallel or has_media_refs(request) or sampling_n(request) > 1:
-            return False  # the identity relay and n > 1 recompute need the sequential flow
-        return kv_mode_for_worker(pair.prefill).accepts_minted_id
+    async def _fan_out(self, ctx: RequestContext, legs: list[tuple[str, Leg]]) -> OpenedStream:
+        """n single-sample pairs for a text request; the first failure fails them all.
 
-    async def _fan_out(self, ctx: RequestContext, width: int) -> OpenedStream:
-        """n single-sample pairs for a text request; the first failure fails them all."""
-        assert ctx.wire is not None and not has_mm_inputs(ctx.wire)
-        subrequests = fanout_requests(ctx.wire, width)
-        pairs = [self._pair(ctx, set()) for _ in subrequests]
+        Each pair runs both legs at once where its prefill worker allows it, whatever
+        --pd-dispatch says: each sub-request has its own KV to pull."""
+        pairs = [self._pair(ctx, set()) for _ in legs]
         ctx.served_by = [f"prefill={p.prefill.url}+decode={p.decode.url}" for p in pairs]
-        timeout = self.config.request_timeout_s
         tasks = [
-            asyncio.ensure_future(open_parallel(sub, pair, self.registry, timeout))
-            if kv_mode_for_worker(pair.prefill).accepts_minted_id
-            else asyncio.ensure_future(self._sequential_sub(ctx, sub, pair))
-            for sub, pair in zip(subrequests, pairs, strict=True)
+            asyncio.ensure_future(self._open_pair(self._sub_context(ctx, rid, leg), pair, True))
+            for (rid, leg), pair in zip(legs, pairs, strict=True)
         ]
         try:
             opened = list(await asyncio.gather(*tasks))
@@ -130,9 +121,8 @@ class PDDispatcher:
 
         return OpenedStream(merge(opened), close)
 
-    async def _sequential_sub(
-        self, ctx: RequestContext, sub: pb.GenerateRequest, pair: Pair
-    ) -> OpenedStream:
-        sub_ctx = RequestContext(ctx.route, sub.request_id, ctx.body, ctx.model, ctx.sampling)
-        sub_ctx.wire = sub
-        return await open_sequential(sub_ctx, pair, self.registry, self.config.request_timeout_s)
+    @staticmethod
+    def _sub_context(ctx: RequestContext, request_id: str, leg: Leg) -> RequestContext:
+        sub = RequestContext(ctx.route, request_id, ctx.body, ctx.model, ctx.sampling)
+        sub.wire = leg
+        return sub

@@ -1,10 +1,10 @@
 """Stage: decide where the request's images and videos are processed, and do the router's part.
 
-Router path: fetch, decode, preprocess, expand and hash here, writing the pixel
-tensor once, straight into the wire request. Worker path: forward the URLs as
-``media_refs`` after the same URL checks the router path would apply; when a worker that
-could take them does not enforce Tandem's media policy (a vLLM worker), fetch the http(s)
-ones here under the guard and forward their bytes as ``data:`` URLs instead.
+Router path: fetch, decode, preprocess and hash here; the worker protocol's backend then
+expands the prompt and writes the pixel tensor once, straight into its request. Worker
+path: the backend forwards the URLs as refs after the same URL checks the router path
+would apply (and, for a worker that does not enforce Tandem's media policy, such as
+vLLM's, fetches the http(s) ones here under the guard and forwards their bytes inline).
 
 Either way the prompt's image anchors are checked first, before anything is vetted or
 fetched.
@@ -17,18 +17,10 @@ from collections.abc import Sequence
 
 from tandem.errors import make_error
 from tandem.gateway import metrics
+from tandem.gateway.backend import Backend
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
 from tandem.gateway.model import ModelHandle
-from tandem.gateway.multimodal.assemble import expand_and_assemble_detached
-from tandem.gateway.multimodal.assemble_video import expand_and_assemble_media
-from tandem.gateway.multimodal.inline_refs import (
-    check_data_refs_accepted,
-    gateway_must_fetch,
-    has_network_refs,
-    inline_network_refs,
-)
-from tandem.gateway.multimodal.media_refs import build_media_refs
 from tandem.gateway.multimodal.path import choose_mm_path
 from tandem.gateway.multimodal.pixel_cache import PixelCache
 from tandem.gateway.multimodal.plan import MediaPlan, check_anchors, check_video_anchors, plan_media
@@ -84,10 +76,12 @@ async def prepare_media(
     workers: Sequence[Worker],
     lease: ByteLease | None = None,
     *,
+    backend: Backend,
     pool: ImagePool | None = None,
     cache: PixelCache | None = None,
 ) -> None:
-    """``workers``: every registered worker of the model (healthy or not, every role).
+    """``workers``: every registered worker of the model (healthy or not, every role);
+    ``backend``: their protocol's, which writes the outcome into ``ctx.wire``.
 
     ``lease``: the request's share of the in-flight image budget, charged on the router
     path before any image is decoded (gateway/multimodal/process.py). ``pool`` and
@@ -107,10 +101,8 @@ async def prepare_media(
     metrics.MM_PROCESSING.labels(decision.path, decision.reason).inc()
     metrics.MM_ITEMS.labels(decision.path).inc(len(parts))
     ctx.mm_path = decision.path
-    wire = ctx.wire
-    assert wire is not None
     if decision.path == "worker":
-        await _forward_media_refs(ctx, config, workers, plan)
+        await backend.forward_media_refs(ctx, config, workers, plan)
         # Routing sees one anchor per item here; key each by its URL so that the
         # cache-aware policy never counts two different media as a shared prefix.
         anchor_ids = {model.info.anchor_token_id, model.info.video_token_id}
@@ -128,6 +120,7 @@ async def prepare_media(
         )
         metrics.MEDIA_FETCH_SECONDS.observe(images.timings.fetch_s + images.timings.decode_s)
         metrics.MEDIA_PREPROCESS_SECONDS.observe(images.timings.preprocess_s)
+    processed = None
     if plan.video_urls:
         assert model.video_processor is not None  # checked_media_plan refused otherwise
         processed = await process_videos(
@@ -139,51 +132,5 @@ async def prepare_media(
             lease=lease,
         )
         metrics.MEDIA_FETCH_SECONDS.observe(processed.fetch_s + processed.decode_s)
-        expanded, ctx.media_runs, ctx.pixels = expand_and_assemble_media(
-            ctx.prompt_ids, images, processed, model.info, wire, pixel_dtype=config.wire_dtype
-        )
-    else:
-        assert images is not None
-        expanded, batch, ctx.pixels = expand_and_assemble_detached(
-            ctx.prompt_ids, images, model.info, pixel_dtype=config.wire_dtype, out=wire.mm_inputs
-        )
-        ctx.media_runs = [
-            (p.offset, p.length, h)
-            for p, h in zip(batch.mm_placeholders, batch.mm_hashes, strict=True)
-        ]
+    backend.attach_router_media(ctx, images, processed, config.wire_dtype)
     ctx.had_pixels = True
-    del wire.tokenized.input_ids[:]
-    wire.tokenized.input_ids.extend(expanded)
-
-
-async def _forward_media_refs(
-    ctx: RequestContext, config: GatewayConfig, workers: Sequence[Worker], plan: MediaPlan
-) -> None:
-    """Vet the URLs and put them on the wire as ``media_refs``, inlined where needed."""
-    wire = ctx.wire
-    assert wire is not None
-    urls = [url for _, url in plan.parts]
-    inline = gateway_must_fetch(workers)
-    if inline:
-        roles = ("prefill", "decode") if config.pd_disaggregation else ("regular",)
-        check_data_refs_accepted(urls, workers, roles)
-    refs = await build_media_refs(plan, ctx.prompt_ids, ctx.model.info, config.media)
-    wire.media_refs.CopyFrom(refs)
-    del refs
-    if not inline:
-        # Only workers that fetch under Tandem's guard may be handed these URLs, also a
-        # worker registered between now and selection (dispatch/selection.candidates).
-        ctx.refs_for_tandem_workers_only = has_network_refs(urls)
-        return
-    inlined = await inline_network_refs(wire.media_refs, config.media)
-    if inlined.items:
-        metrics.MEDIA_FETCH_SECONDS.observe(inlined.fetch_s)
-        log.debug(
-            "request %s: fetched %d image(s), %d bytes, for workers that are not Tandem "
-            "workers; forwarded as data: URLs",
-            ctx.request_id,
-            inlined.items,
-            inlined.fetched_bytes,
-        )
-    # The selection checks (media_ref_schemes) see the schemes as forwarded.
-    ctx.media_urls = inlined.forwarded

@@ -106,9 +106,9 @@ class Collector:
             Choice(i, IncrementalDetokenizer(tokenizer, skip), StopMatcher(ctx.sampling.stop))
             for i in range(ctx.n)
         ]
-        self.streamed_by_worker = bool(ctx.wire and ctx.wire.stream)
+        self.streamed_by_worker = ctx.worker_streams
         self.wants_logprobs = ctx.sampling.logprobs is not None
-        self.prompt_tokens = len(ctx.wire.tokenized.input_ids) if ctx.wire else 0
+        self.prompt_tokens = len(ctx.routing_ids())
         self.cached_tokens = 0
         self.first_token_at: float | None = None
 

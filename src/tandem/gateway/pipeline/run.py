@@ -6,7 +6,8 @@ stages over one :class:`~tandem.gateway.context.RequestContext`:
 1. admit: refuse while draining, refuse a declared body over the limit, take an
    admission slot (a queued request holds no body and no pixels);
 2. read and parse the body (the route's parser);
-3. prompt: render the template and tokenize (``prompt.py``), build the wire request;
+3. prompt: render the template and tokenize (``prompt.py``); the worker protocol's
+   backend builds its request (``gateway/backends``);
 4. media: choose the path, process router-side images under the pixel lease
    (``media.py``), all within ``--request-timeout-secs``;
 5. dispatch: open the worker stream(s) (``tandem.gateway.dispatch``); the request timeout
@@ -38,7 +39,6 @@ from tandem.gateway.pipeline.media import prepare_media
 from tandem.gateway.pipeline.prompt import prepare_prompt
 from tandem.gateway.pipeline.respond import collect, stream_events
 from tandem.gateway.pipeline.shaping import shaping_plan
-from tandem.gateway.pipeline.wire_request import build_wire_request
 from tandem.gateway.state import GatewayState
 from tandem.gateway.tokenizing import parse_large_off_loop
 from tandem.gateway.tools.union import with_answer_or_calls
@@ -183,7 +183,7 @@ class Pipeline:
         await prepare_prompt(ctx)
         ctx.shaping = shaping_plan(ctx, self.config)
         with_answer_or_calls(ctx)  # tool_choice auto beside a response_format
-        build_wire_request(ctx)
+        state.backend.build_request(ctx)
         if not ctx.media_urls:
             return ctx  # no media stage: no task or timer for a text request
         workers = state.registry.workers(model_id=model.model_id)
@@ -195,6 +195,7 @@ class Pipeline:
                     self.config,
                     workers,
                     lease,
+                    backend=state.backend,
                     pool=self.state.image_pool,
                     cache=self.state.pixel_cache,
                 )

@@ -1,9 +1,9 @@
 """The set of workers behind the gateway: add and remove at runtime, look up, filter.
 
-``add`` connects, asks the worker what it is (``GetModelInfo`` + ``GetServerInfo``)
-and records the answer as labels. Everything runs on one asyncio loop, so no
-locks; the only interleaving to guard against is two concurrent ``add`` calls for
-the same URL.
+``add`` connects, asks the worker what it is (its protocol's client describes it: for
+vLLM's, ``GetModelInfo`` + ``GetServerInfo``) and records the answer as labels.
+Everything runs on one asyncio loop, so no locks; the only interleaving to guard against
+is two concurrent ``add`` calls for the same URL.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ from typing import Literal
 import grpc
 
 from tandem.gateway.workers.breaker import CircuitBreaker
-from tandem.gateway.workers.client import WorkerClient
-from tandem.gateway.workers.labels import model_id_of, worker_labels
-from tandem.gateway.workers.tensor_transport import TensorTransport
+from tandem.gateway.workers.protocol import LegSender, WorkerClient
 from tandem.gateway.workers.worker import ROLES, Worker, WorkerRole
 from tandem.hostport import canonical_address
 
@@ -43,20 +41,22 @@ class WorkerRegistry:
         *,
         connect_timeout_s: float = 5.0,
         removal_grace_s: float = 30.0,
-        client_factory: Callable[[str], WorkerClient] = WorkerClient,
+        sender: LegSender | None = None,
+        client_factory: Callable[[str], WorkerClient] | None = None,
         breaker_factory: Callable[[], CircuitBreaker] = CircuitBreaker,
     ) -> None:
+        """``sender``: the worker protocol's (``gateway/backends``); the gateway's state sets
+        it when it is not given. ``client_factory`` replaces the sender's clients (tests)."""
         self.connect_timeout_s = connect_timeout_s
         self.removal_grace_s = removal_grace_s  # in-flight calls of a removed worker may finish
-        self._client_factory = client_factory
+        self.sender = sender
+        self._client_override = client_factory
         self._breaker_factory = breaker_factory
         self._workers: dict[str, Worker] = {}
         self._clients: dict[str, WorkerClient] = {}
         self._pending: set[str] = set()
         self._callbacks: list[ChangeCallback] = []
         self._closing: set[asyncio.Task[None]] = set()
-        # How legs' tensors travel (--multimodal-tensor-transport); the gateway sets it.
-        self.tensor_transport = TensorTransport()
 
     async def add(self, url: str, role: WorkerRole = "regular") -> Worker:
         """Connect to ``url``, discover its labels, and register it as healthy."""
@@ -96,6 +96,17 @@ class WorkerRegistry:
 
     def get(self, url: str) -> Worker | None:
         return self._workers.get(_lookup_key(url))
+
+    def _client_factory(self, url: str) -> WorkerClient:
+        if self._client_override is not None:
+            return self._client_override(url)
+        return self.leg_sender.client(url)
+
+    @property
+    def leg_sender(self) -> LegSender:
+        if self.sender is None:
+            raise RuntimeError("the registry has no worker protocol (sender) yet")
+        return self.sender
 
     def client(self, url: str) -> WorkerClient:
         try:
@@ -143,23 +154,15 @@ class WorkerRegistry:
 
     async def _discover(self, url: str, role: WorkerRole, client: WorkerClient) -> Worker:
         try:
-            # wait_for_ready: a worker still starting up gets the whole timeout to appear.
-            model_info, (server_info, marker) = await asyncio.gather(
-                client.get_model_info(timeout=self.connect_timeout_s, wait_for_ready=True),
-                client.get_server_info_and_marker(
-                    timeout=self.connect_timeout_s, wait_for_ready=True
-                ),
-            )
+            # The client waits for a worker still starting up, for the whole timeout.
+            described = await client.describe(self.connect_timeout_s)
         except grpc.aio.AioRpcError as err:
             raise WorkerUnreachableError(url, f"{err.code().name}: {err.details()}") from err
-        model_id = model_id_of(model_info)
-        if not model_id:
-            raise ValueError(f"worker {url} reported neither a served model name nor a path")
         return Worker(
             url=url,
             role=role,
-            labels=worker_labels(model_info, server_info, marker),
-            model_id=model_id,
+            labels=described.labels,
+            model_id=described.model_id,
             healthy=True,
             breaker=self._breaker_factory(),
         )

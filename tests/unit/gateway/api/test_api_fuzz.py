@@ -21,10 +21,10 @@ from tandem.gateway.api.schemas import (
     parse_chat_request,
     parse_completion_request,
 )
+from tandem.gateway.backends.vllm.request import build_wire_request
 from tandem.gateway.context import RequestContext
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.pipeline.prompt import build_prompt
-from tandem.gateway.pipeline.wire_request import build_wire_request
 
 # Many generated cases each: left out of `make test-unit`, run by `make test`.
 pytestmark = pytest.mark.fuzz

@@ -10,7 +10,7 @@ import pytest
 from tandem.errors import TandemError
 from tandem.gateway.api.schemas import parse_chat_request, parse_completion_request
 from tandem.gateway.api.structured import Constraint
-from tandem.gateway.pipeline.wire_request import set_constraint
+from tandem.gateway.backends.vllm.request import set_constraint
 from tandem.wire.proto import pb
 
 MESSAGES = [{"role": "user", "content": "Describe it."}]

@@ -28,7 +28,6 @@ from tandem.gateway.dispatch.streams import OpenedStream
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.pipeline.media import prepare_media
 from tandem.gateway.pipeline.prompt import prepare_prompt
-from tandem.gateway.pipeline.wire_request import build_wire_request
 from tandem.gateway.state import GatewayState
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker, WorkerRole
@@ -79,8 +78,9 @@ class Bench:
         parsed = ChatCompletionRequest.model_validate(chat_body(images, **body))
         ctx = RequestContext("chat", request_id, parsed, self.model, parsed.sampling())
         await prepare_prompt(ctx)
-        build_wire_request(ctx)
-        await prepare_media(ctx, self.config, self.registry.workers(model_id=self.model.model_id))
+        self.state.backend.build_request(ctx)
+        workers = self.registry.workers(model_id=self.model.model_id)
+        await prepare_media(ctx, self.config, workers, backend=self.state.backend)
         return ctx
 
     async def open(self, ctx: RequestContext) -> OpenedStream:

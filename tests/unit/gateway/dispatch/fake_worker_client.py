@@ -28,7 +28,8 @@ from fake_worker_scripts import Handler, well_behaved
 
 from tandem.gateway.backends.frames import Frame
 from tandem.gateway.backends.vllm.frames import frame_of
-from tandem.gateway.workers.client import WorkerClient
+from tandem.gateway.backends.vllm.labels import model_id_of, worker_labels
+from tandem.gateway.workers.protocol import WorkerClient, WorkerDescription
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest, pb
 from tandem.wire.worker_marker import TANDEM_WORKER_METADATA_KEY
@@ -214,7 +215,7 @@ class FakeWorkers:
         """The registry's ``client_factory``: one fake client per worker URL."""
         client = FakeWorkerClient(url, self)
         self.clients[url] = client
-        # The registry is typed against the real client; the fake has the same methods.
+        # The registry is typed against the client protocol; the fake has its methods.
         return cast(WorkerClient, client)
 
     def handler_for(self, url: str) -> Handler:
@@ -235,6 +236,13 @@ class FakeWorkerClient:
     @property
     def info(self) -> WorkerInfo:
         return self.workers.infos.get(self.url) or WorkerInfo()
+
+    async def describe(self, timeout: float) -> WorkerDescription:
+        """As the real client reads its two info calls into labels."""
+        model_info = await self.get_model_info()
+        server_info, marker = await self.get_server_info_and_marker()
+        labels = worker_labels(model_info, server_info, marker)
+        return WorkerDescription(model_id_of(model_info), labels)
 
     async def get_model_info(
         self, timeout: float | None = None, wait_for_ready: bool = False

@@ -11,12 +11,9 @@ import pytest
 from mm_gateway_models import Model
 from mm_gateway_origin import ImageOrigin, data_url, png_bytes
 
-from tandem.gateway.multimodal import (
-    build_media_refs,
-    expand_and_assemble,
-    plan_images,
-    process_images,
-)
+from tandem.gateway.backends.vllm.media_refs import build_media_refs
+from tandem.gateway.backends.vllm.mm_inputs import expand_and_assemble
+from tandem.gateway.multimodal import plan_images, process_images
 from tandem.media import MediaPolicy
 from tandem.wire.proto import GenerateRequest
 

@@ -14,12 +14,8 @@ from mm_gateway_origin import ImageOrigin, data_url, png_bytes
 from PIL import Image
 
 from tandem.errors import TandemError
-from tandem.gateway.multimodal import (
-    ProcessedImages,
-    expand_and_assemble,
-    plan_images,
-    process_images,
-)
+from tandem.gateway.backends.vllm.mm_inputs import expand_and_assemble
+from tandem.gateway.multimodal import ProcessedImages, plan_images, process_images
 from tandem.media import MediaPolicy
 from tandem.wire.pixels import normalize_raw
 from tandem.wire.proto import GenerateRequest, Modality, MultimodalInputs

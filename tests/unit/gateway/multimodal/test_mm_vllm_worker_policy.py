@@ -17,15 +17,15 @@ from mm_gateway_origin import ConnectionCounter, ImageOrigin, data_url, png_byte
 
 from tandem.errors import TandemError
 from tandem.gateway.api.schemas import ChatCompletionRequest
+from tandem.gateway.backends.vllm import inline_refs
+from tandem.gateway.backends.vllm.backend import VllmBackend
+from tandem.gateway.backends.vllm.inline_refs import gateway_must_fetch
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.selection import candidates
 from tandem.gateway.model import ModelHandle
-from tandem.gateway.multimodal import inline_refs
-from tandem.gateway.multimodal.inline_refs import gateway_must_fetch
 from tandem.gateway.pipeline.media import prepare_media
 from tandem.gateway.pipeline.prompt import build_prompt
-from tandem.gateway.pipeline.wire_request import build_wire_request
 from tandem.gateway.workers.worker import Worker
 from tandem.media import MediaPolicy
 from tandem.wire.worker_marker import TANDEM_WORKER_LABEL
@@ -34,6 +34,8 @@ PNG = png_bytes((24, 24), seed=5)
 # The origin is reached as "localhost" and allowed by the domain allow-list; the refused
 # listener is reached as 127.0.0.1, which the allow-list refuses: both on loopback.
 POLICY = MediaPolicy(allow_private_hosts=True, allowed_domains=("localhost",))
+
+BACKEND = VllmBackend()
 
 
 @pytest.fixture
@@ -81,13 +83,13 @@ def context(handle: ModelHandle, urls: list[str], text: str = "What is this?") -
     )
     ctx = RequestContext("chat", "req-1", body, handle, body.sampling())
     build_prompt(ctx)
-    build_wire_request(ctx)
+    BACKEND.build_request(ctx)
     return ctx
 
 
 async def _refused(ctx: RequestContext, cfg: GatewayConfig, workers: list[Worker]) -> TandemError:
     with pytest.raises(TandemError) as info:
-        await prepare_media(ctx, cfg, workers)
+        await prepare_media(ctx, cfg, workers, backend=BACKEND)
     assert info.value.status == 400
     return info.value
 
@@ -119,7 +121,7 @@ async def test_any_vllm_leg_gets_data_urls_for_every_leg(
     inline = data_url(PNG, "image/png")
     urls = [origin.serve("/a.png", PNG).replace("127.0.0.1", "localhost"), inline]
     ctx = context(handle, urls)
-    await prepare_media(ctx, config(pd=pd), workers)
+    await prepare_media(ctx, config(pd=pd), workers, backend=BACKEND)
     assert [item.url for item in ctx.wire.media_refs.items] == [inline, inline]
     assert origin.state.paths() == ["/a.png"]
     # The selection checks see what is forwarded: data: refs only.
@@ -138,7 +140,7 @@ async def test_tandem_workers_receive_the_url_and_fetch_it_themselves(
         worker("text-only", processor=""),  # takes no media_refs: never selected for them
     ]
     ctx = context(handle, [url])
-    await prepare_media(ctx, config(pd=pd), workers)
+    await prepare_media(ctx, config(pd=pd), workers, backend=BACKEND)
     assert [item.url for item in ctx.wire.media_refs.items] == [url]
     assert origin.state.paths() == []
     assert ctx.refs_for_tandem_workers_only
@@ -181,7 +183,8 @@ async def test_workers_without_data_refs_get_a_clear_400_before_any_fetch(
     assert origin.state.paths() == []
     # One worker of the role that takes data: refs is enough to go ahead (selection decides).
     ctx = context(handle, [url])
-    await prepare_media(ctx, config(pd=pd), [*workers, worker("v3", "decode" if pd else "regular")])
+    all_workers = [*workers, worker("v3", "decode" if pd else "regular")]
+    await prepare_media(ctx, config(pd=pd), all_workers, backend=BACKEND)
     assert ctx.wire.media_refs.items[0].url.startswith("data:image/png;base64,")
 
 

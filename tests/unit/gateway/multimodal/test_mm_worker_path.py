@@ -11,7 +11,8 @@ from mm_gateway_models import Model
 from mm_gateway_origin import ImageOrigin, data_url, png_bytes
 
 from tandem.errors import TandemError
-from tandem.gateway.multimodal import build_media_refs, plan_images, process_images
+from tandem.gateway.backends.vllm.media_refs import build_media_refs
+from tandem.gateway.multimodal import plan_images, process_images
 from tandem.media import MediaPolicy
 from tandem.wire.proto import Modality
 

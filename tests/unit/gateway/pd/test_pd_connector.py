@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from tandem.gateway.pd import connector
-from tandem.gateway.pd.connector import (
+from tandem.gateway.backends.vllm import connector
+from tandem.gateway.backends.vllm.connector import (
     KvKind,
     KvMode,
     decode_params_for_minted,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tandem.gateway.pd.connector import mint_transfer_id
-from tandem.gateway.pd.fanout import fanout_requests, fanout_width
+from tandem.gateway.backends.vllm.connector import mint_transfer_id
+from tandem.gateway.backends.vllm.fanout import fanout_requests, fanout_width
 from tandem.wire.proto import GenerateRequest, Modality
 
 

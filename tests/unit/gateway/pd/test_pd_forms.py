@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from tandem.errors import TandemError
-from tandem.gateway.pd.connector import KvKind, KvMode, handoff
-from tandem.gateway.pd.forms import (
+from tandem.gateway.backends.vllm.connector import KvKind, KvMode, handoff
+from tandem.gateway.backends.vllm.forms import (
     DecodeForm,
     build_decode_leg,
     decode_form,

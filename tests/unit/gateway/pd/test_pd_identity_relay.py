@@ -7,8 +7,8 @@ import logging
 import numpy as np
 import pytest
 
-from tandem.gateway.pd.forms import DecodeForm, build_decode_leg
-from tandem.gateway.pd.identity_relay import apply_prefill_media_identity
+from tandem.gateway.backends.vllm.forms import DecodeForm, build_decode_leg
+from tandem.gateway.backends.vllm.identity_relay import apply_prefill_media_identity
 from tandem.wire.proto import GenerateRequest, MediaIdentity, Modality
 from tandem.wire.tensors import decode_tensor, encode_tensor
 

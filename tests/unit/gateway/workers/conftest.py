@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 from workers_fake_engine import FakeEngineWorker, make_client
 
-from tandem.gateway.workers.client import WorkerClient
+from tandem.gateway.backends.vllm.client import VllmClient
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ async def fake_worker() -> AsyncIterator[FakeEngineWorker]:
 
 
 @pytest.fixture
-async def client(fake_worker: FakeEngineWorker) -> AsyncIterator[WorkerClient]:
+async def client(fake_worker: FakeEngineWorker) -> AsyncIterator[VllmClient]:
     c = make_client(fake_worker.url)
     try:
         yield c

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from tandem.gateway import metrics
-from tandem.gateway.workers.tensor_transport import TensorTransport
+from tandem.gateway.backends.vllm.tensor_transport import TensorTransport
 from tandem.gateway.workers.worker import Worker
-from tandem.wire.pixels import PixelPayload, serialize_with_pixels
+from tandem.wire.pixel_splice import serialize_with_pixels
+from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest
 from tandem.wire.shm import SegmentWriter, shm_namespace_id
 from tandem.wire.tensors import decode_tensor, encode_into

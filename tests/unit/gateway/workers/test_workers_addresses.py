@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tandem.cli import build_parser
+from tandem.gateway.backends.vllm.sender import VllmSender
 from tandem.gateway.cli import config_from_args
 from tandem.gateway.workers.registry import WorkerRegistry, normalize_url
 
@@ -38,7 +39,7 @@ def test_flags_bracket_ipv6_and_refuse_an_ambiguous_address() -> None:
 
 
 async def test_registry_refuses_an_ambiguous_url_and_finds_nothing_for_one() -> None:
-    registry = WorkerRegistry(connect_timeout_s=0.5)
+    registry = WorkerRegistry(sender=VllmSender(), connect_timeout_s=0.5)
     with pytest.raises(ValueError, match="ambiguous"):
         await registry.add("::1:7001")
     # Lookups of malformed text answer "not there" instead of raising.

@@ -1,4 +1,4 @@
-"""WorkerClient against a real grpc.aio server on 127.0.0.1 (a protocol-level test double,
+"""VllmClient against a real grpc.aio server on 127.0.0.1 (a protocol-level test double,
 see workers_fake_engine.py): abort-on-drop, start vs stream errors, tokenizer checks."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from workers_fake_engine import TOKENIZER_ZIP, FakeEngineWorker, free_port
 
 from tandem.gateway.backends.frames import Frame
-from tandem.gateway.workers.client import GenerateStream, WorkerClient
+from tandem.gateway.backends.vllm.client import GenerateStream, VllmClient
 from tandem.wire.proto import pb
 
 pytestmark = pytest.mark.timeout(10)
@@ -30,7 +30,7 @@ async def drain(stream: GenerateStream) -> list[Frame]:
 
 
 async def test_full_stream_yields_chunks_then_complete_and_sends_no_abort(
-    fake_worker: FakeEngineWorker, client: WorkerClient
+    fake_worker: FakeEngineWorker, client: VllmClient
 ) -> None:
     stream = client.generate(request())
     frames = await asyncio.wait_for(drain(stream), WAIT)
@@ -43,7 +43,7 @@ async def test_full_stream_yields_chunks_then_complete_and_sends_no_abort(
 
 
 async def test_break_after_every_sample_completed_sends_no_abort(
-    fake_worker: FakeEngineWorker, client: WorkerClient
+    fake_worker: FakeEngineWorker, client: VllmClient
 ) -> None:
     completes = 0
     async for frame in client.generate(request(n=2)):
@@ -55,7 +55,7 @@ async def test_break_after_every_sample_completed_sends_no_abort(
 
 
 async def test_break_early_sends_abort_with_request_id(
-    fake_worker: FakeEngineWorker, client: WorkerClient
+    fake_worker: FakeEngineWorker, client: VllmClient
 ) -> None:
     async for _frame in client.generate(request("rid-break")):
         break  # the plain pattern: no aclose, no context manager
@@ -64,7 +64,7 @@ async def test_break_early_sends_abort_with_request_id(
 
 
 async def test_break_before_last_sample_completes_sends_abort(
-    fake_worker: FakeEngineWorker, client: WorkerClient
+    fake_worker: FakeEngineWorker, client: VllmClient
 ) -> None:
     async with client.generate(request("rid-n2", n=2)) as stream:
         async for frame in stream:
@@ -74,7 +74,7 @@ async def test_break_before_last_sample_completes_sends_abort(
     assert fake_worker.state.aborted == ["rid-n2"]
 
 
-async def test_aclose_sends_abort_once(fake_worker: FakeEngineWorker, client: WorkerClient) -> None:
+async def test_aclose_sends_abort_once(fake_worker: FakeEngineWorker, client: VllmClient) -> None:
     stream = client.generate(request("rid-close"))
     await asyncio.wait_for(anext(stream), WAIT)
     await stream.aclose()
@@ -87,7 +87,7 @@ async def test_aclose_sends_abort_once(fake_worker: FakeEngineWorker, client: Wo
 
 
 async def test_cancelled_consumer_sends_abort(
-    fake_worker: FakeEngineWorker, client: WorkerClient
+    fake_worker: FakeEngineWorker, client: VllmClient
 ) -> None:
     got_first = asyncio.Event()
 
@@ -106,7 +106,7 @@ async def test_cancelled_consumer_sends_abort(
 
 
 async def test_failure_before_first_message_is_not_started(
-    fake_worker: FakeEngineWorker, client: WorkerClient
+    fake_worker: FakeEngineWorker, client: VllmClient
 ) -> None:
     fake_worker.state.fail_at_start = grpc.StatusCode.INVALID_ARGUMENT
     stream = client.generate(request())
@@ -119,7 +119,7 @@ async def test_failure_before_first_message_is_not_started(
 
 
 async def test_failure_mid_stream_is_started(
-    fake_worker: FakeEngineWorker, client: WorkerClient
+    fake_worker: FakeEngineWorker, client: VllmClient
 ) -> None:
     fake_worker.state.fail_after_first = grpc.StatusCode.INTERNAL
     stream = client.generate(request())
@@ -130,7 +130,7 @@ async def test_failure_mid_stream_is_started(
 
 
 async def test_deadline_exceeded_aborts_on_the_worker(
-    fake_worker: FakeEngineWorker, client: WorkerClient
+    fake_worker: FakeEngineWorker, client: VllmClient
 ) -> None:
     fake_worker.state.frame_delay_s = 1.0
     stream = client.generate(request("rid-deadline"), timeout=0.1)
@@ -142,7 +142,7 @@ async def test_deadline_exceeded_aborts_on_the_worker(
 
 
 async def test_unreachable_worker_fails_before_start() -> None:
-    client = WorkerClient(f"127.0.0.1:{free_port()}")
+    client = VllmClient(f"127.0.0.1:{free_port()}")
     stream = client.generate(request())
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await asyncio.wait_for(anext(stream), WAIT)
@@ -152,21 +152,21 @@ async def test_unreachable_worker_fails_before_start() -> None:
 
 
 async def test_tokenizer_concatenates_chunks_and_checks_sha256(
-    fake_worker: FakeEngineWorker, client: WorkerClient
+    fake_worker: FakeEngineWorker, client: VllmClient
 ) -> None:
     assert await asyncio.wait_for(client.get_tokenizer(), WAIT) == TOKENIZER_ZIP
 
 
 @pytest.mark.parametrize("digest", ["0" * 64, ""], ids=["wrong", "missing"])
 async def test_tokenizer_with_bad_or_missing_sha256_raises(
-    fake_worker: FakeEngineWorker, client: WorkerClient, digest: str
+    fake_worker: FakeEngineWorker, client: VllmClient, digest: str
 ) -> None:
     fake_worker.state.tokenizer_sha256 = digest
     with pytest.raises(ValueError, match="sha256"):
         await asyncio.wait_for(client.get_tokenizer(), WAIT)
 
 
-async def test_info_health_and_loads(fake_worker: FakeEngineWorker, client: WorkerClient) -> None:
+async def test_info_health_and_loads(fake_worker: FakeEngineWorker, client: VllmClient) -> None:
     info = await asyncio.wait_for(client.get_model_info(timeout=WAIT), WAIT)
     assert info.model_path == "/models/tiny-qwen3-vl"
     server = await asyncio.wait_for(client.get_server_info(timeout=WAIT), WAIT)
@@ -179,7 +179,7 @@ async def test_info_health_and_loads(fake_worker: FakeEngineWorker, client: Work
 
 
 async def test_explicit_abort_reaches_worker(
-    fake_worker: FakeEngineWorker, client: WorkerClient
+    fake_worker: FakeEngineWorker, client: VllmClient
 ) -> None:
     await asyncio.wait_for(client.abort(["a", "b"]), WAIT)
     assert fake_worker.state.aborted == ["a", "b"]

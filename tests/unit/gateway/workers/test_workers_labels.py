@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 
-from tandem.gateway.workers.labels import model_id_of, model_labels, server_labels, worker_labels
+from tandem.gateway.backends.vllm.labels import (
+    model_id_of,
+    model_labels,
+    server_labels,
+    worker_labels,
+)
 from tandem.gateway.workers.worker import Worker
 from tandem.wire.proto import pb
 

@@ -25,6 +25,7 @@ from workers_fake_engine import FakeEngineState, FakeEngineWorker
 
 from tandem import __version__
 from tandem.gateway.app import build_app
+from tandem.gateway.backends.vllm.sender import VllmSender
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.state import GatewayState
@@ -108,7 +109,7 @@ def chat(url: str) -> dict[str, Any]:
 @pytest.mark.parametrize("tandem", [False, True])
 async def test_the_registry_tells_a_tandem_worker_by_its_marker(tandem: bool) -> None:
     async with fake_worker(vision_state(), tandem=tandem) as fake:
-        registry = WorkerRegistry()
+        registry = WorkerRegistry(sender=VllmSender())
         try:
             registered = await registry.add(fake.url)
         finally:

@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from tandem.gateway.workers.client import WorkerClient
+from tandem.gateway.backends.vllm.client import VllmClient
 from tandem.wire.proto import common, pb, pb_grpc
 
 # Reconnect quickly in tests so a restarted worker is seen within a few hundred ms.
@@ -32,8 +32,8 @@ FAST_RECONNECT = (
 )
 
 
-def make_client(url: str) -> WorkerClient:
-    return WorkerClient(url, options=FAST_RECONNECT, abort_timeout_s=2.0)
+def make_client(url: str) -> VllmClient:
+    return VllmClient(url, options=FAST_RECONNECT, abort_timeout_s=2.0)
 
 
 def free_port() -> int:

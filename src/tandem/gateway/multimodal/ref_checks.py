@@ -1,9 +1,8 @@
-"""Worker path: the ``media_refs`` a request forwards instead of pixels (docs/pd-contract.md §5).
+"""Worker path: vet each media URL a request forwards as it is (docs/pd-contract.md §5).
 
-The URLs travel verbatim and the prompt keeps one unexpanded anchor per image; the worker
-fetches and expands. Before anything is forwarded, each URL passes the same guard the router
-path would apply (one media policy on every path): a URL the gateway would refuse to fetch is
-never handed to a worker to fetch instead.
+Before anything is forwarded, each URL passes the same guard the router path would apply
+(one media policy on every path): a URL the gateway would refuse to fetch is never handed to
+a worker to fetch instead. Each worker protocol then writes the refs in its own messages.
 """
 
 from __future__ import annotations
@@ -26,27 +25,26 @@ from tandem.media import (
     resolve_local_path,
 )
 from tandem.models.info import ModelInfo
-from tandem.wire.proto import Modality, pb
 
 
-async def build_media_refs(
+async def check_media_refs(
     plan: MediaPlan,
     input_ids: Sequence[int],
     info: ModelInfo,
     policy: MediaPolicy,
     *,
     resolver: Resolver | None = None,
-) -> pb.MediaRefs:
-    """One ``MediaRef{IMAGE|VIDEO, url}`` per part, in plan order, after the gateway's checks.
+) -> None:
+    """Refuse (400) a plan whose parts the router path would refuse, without fetching.
 
     ``input_ids`` go to the worker unchanged (unexpanded); they must hold one anchor per
-    image (400 ``multimodal_prompt_contract_mismatch``). URL refusals are the router path's
+    item (400 ``multimodal_prompt_contract_mismatch``). URL refusals are the router path's
     400s (``media_url_refused``, or ``multimodal_processing_failed`` for an unresolvable
     host); a data URL whose estimated payload is over ``policy.max_bytes`` is a 400
     ``media_ref_too_large``. Nothing is fetched: http(s) hosts are only resolved and vetted.
     """
     if plan.is_empty:
-        raise ValueError("build_media_refs needs a plan with at least one image")
+        raise ValueError("check_media_refs needs a plan with at least one image")
     check_anchors(input_ids, info, len(plan))
     check_video_anchors(input_ids, info, len(plan.video_urls))
     parts = plan.parts
@@ -63,10 +61,6 @@ async def build_media_refs(
     for result in results:
         if isinstance(result, BaseException):
             raise result
-    refs = pb.MediaRefs()
-    for kind, url in parts:
-        refs.items.add(modality=Modality.VIDEO if kind == "video" else Modality.IMAGE, url=url)
-    return refs
 
 
 async def check_media_ref_url(

@@ -7,7 +7,7 @@ import logging
 
 import grpc
 
-from tandem.gateway.pd.connector import KvKind, KvMode
+from tandem.gateway.backends.vllm.connector import KvKind, KvMode
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker
 

@@ -16,7 +16,7 @@ def build_wire_request(ctx: RequestContext) -> GenerateRequest:
     drop the stream (which aborts the worker) as soon as every choice stopped.
     """
     s = ctx.sampling
-    req = GenerateRequest(request_id=ctx.request_id, stream=ctx.stream or bool(s.stop))
+    req = GenerateRequest(request_id=ctx.request_id, stream=ctx.worker_streams)
     req.tokenized.original_text = ctx.prompt_text
     req.tokenized.input_ids.extend(ctx.prompt_ids)
     params = req.sampling_params

@@ -13,12 +13,19 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncGenerator
 
 from tandem.errors import TandemError
 from tandem.gateway import metrics
 from tandem.gateway.backends.frames import Frame
-from tandem.gateway.dispatch.leg_bytes import record_leg
+from tandem.gateway.backends.vllm.connector import (
+    handoff,
+    kv_mode_for_worker,
+    mint_transfer_id,
+    prefill_tag,
+)
+from tandem.gateway.backends.vllm.forms import build_decode_leg, decode_form
+from tandem.gateway.backends.vllm.kv_release import release_prefill_kv
+from tandem.gateway.backends.vllm.leg_bytes import record_leg
 from tandem.gateway.dispatch.streams import (
     OpenedStream,
     first_frame,
@@ -27,12 +34,9 @@ from tandem.gateway.dispatch.streams import (
     start_stream,
     worker_pixels,
 )
-from tandem.gateway.pd.connector import handoff, kv_mode_for_worker, mint_transfer_id, prefill_tag
 from tandem.gateway.pd.deferred_abort import abandon_decode
-from tandem.gateway.pd.forms import build_decode_leg, decode_form
-from tandem.gateway.pd.release import release_prefill_kv
 from tandem.gateway.pd.selection import Pair
-from tandem.gateway.workers.client import GenerateStream
+from tandem.gateway.workers.protocol import WorkerStream
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest
@@ -118,73 +122,10 @@ async def open_parallel(
     return OpenedStream(relay(decode_stream, decode_first, "decode_stream_error"), pair.close)
 
 
-async def _retire(task: asyncio.Future[tuple[GenerateStream, Frame]]) -> None:
+async def _retire(task: asyncio.Future[tuple[WorkerStream, Frame]]) -> None:
     """Cancel a leg that is no longer wanted; if it had started, drop its stream (Abort)."""
     if not task.done():
         task.cancel()
     with contextlib.suppress(BaseException):
         stream, _ = await task
         await stream.aclose()
-
-
-class Merged:
-    """Frames of n single-sample streams as one stream, each restamped with its index.
-
-    ``aclose`` closes every sub-stream, also when iteration never started.
-    """
-
-    __slots__ = ("_frames", "_opened")
-
-    def __init__(self, opened: list[OpenedStream]) -> None:
-        self._opened = opened
-        self._frames = _merge(opened)
-
-    def __aiter__(self) -> Merged:
-        return self
-
-    async def __anext__(self) -> Frame:
-        return await anext(self._frames)
-
-    async def aclose(self) -> None:
-        try:
-            await self._frames.aclose()
-        finally:
-            for stream in self._opened:
-                await stream.frames.aclose()
-
-
-def merge(opened: list[OpenedStream]) -> Merged:
-    return Merged(opened)
-
-
-async def _merge(opened: list[OpenedStream]) -> AsyncGenerator[Frame, None]:
-    queue: asyncio.Queue[tuple[int, Frame | BaseException | None]] = asyncio.Queue()
-
-    async def pump(index: int, stream: OpenedStream) -> None:
-        try:
-            async for frame in stream.frames:
-                queue.put_nowait((index, frame))
-        except BaseException as exc:
-            queue.put_nowait((index, exc))
-        else:
-            queue.put_nowait((index, None))
-
-    tasks = [asyncio.ensure_future(pump(i, s)) for i, s in enumerate(opened)]
-    remaining = len(tasks)
-    try:
-        while remaining:
-            index, item = await queue.get()
-            if item is None:
-                remaining -= 1
-                continue
-            if isinstance(item, BaseException):
-                raise item
-            item.index = index
-            yield item
-    finally:
-        for task in tasks:
-            task.cancel()
-        # A pump still inside its stream must finish unwinding before the stream is closed.
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for stream in opened:
-            await stream.frames.aclose()

@@ -15,16 +15,7 @@ import time
 from tandem.errors import TandemError
 from tandem.gateway import metrics
 from tandem.gateway.backends.frames import Frame, MediaIdentity
-from tandem.gateway.context import RequestContext
-from tandem.gateway.dispatch.leg_bytes import record_leg
-from tandem.gateway.dispatch.streams import (
-    OpenedStream,
-    first_frame,
-    relay,
-    send,
-    worker_pixels,
-)
-from tandem.gateway.pd.connector import (
+from tandem.gateway.backends.vllm.connector import (
     KvKind,
     handoff,
     identity_solicited,
@@ -32,8 +23,7 @@ from tandem.gateway.pd.connector import (
     mint_transfer_id,
     prefill_tag,
 )
-from tandem.gateway.pd.deferred_abort import first_decode_frame
-from tandem.gateway.pd.forms import (
+from tandem.gateway.backends.vllm.forms import (
     DecodeForm,
     build_decode_leg,
     decode_form,
@@ -41,10 +31,20 @@ from tandem.gateway.pd.forms import (
     guard_stripped_leg,
     is_stripped,
 )
-from tandem.gateway.pd.identity_relay import apply_prefill_media_identity
-from tandem.gateway.pd.release import release_prefill_kv
+from tandem.gateway.backends.vllm.identity_relay import apply_prefill_media_identity
+from tandem.gateway.backends.vllm.kv_release import release_prefill_kv
+from tandem.gateway.backends.vllm.leg_bytes import record_leg
+from tandem.gateway.context import RequestContext
+from tandem.gateway.dispatch.streams import (
+    OpenedStream,
+    first_frame,
+    relay,
+    send,
+    worker_pixels,
+)
+from tandem.gateway.pd.deferred_abort import first_decode_frame
 from tandem.gateway.pd.selection import Pair
-from tandem.gateway.workers.client import GenerateStream
+from tandem.gateway.workers.protocol import WorkerStream
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.wire.requests import has_mm_inputs, prefill_leg_of, sampling_n
 
@@ -155,7 +155,7 @@ async def open_sequential(
     return OpenedStream(relay(decode_stream, decode_first, "decode_stream_error"), pair.close)
 
 
-async def _drain(stream: GenerateStream, first: Frame) -> tuple[str | None, MediaIdentity | None]:
+async def _drain(stream: WorkerStream, first: Frame) -> tuple[str | None, MediaIdentity | None]:
     """Read the prefill stream to its end; the last Complete frame's params win."""
     kv_json: str | None = None
     identity: MediaIdentity | None = None

@@ -24,7 +24,10 @@ import grpc
 
 from tandem.gateway.backends.frames import Frame
 from tandem.gateway.backends.vllm.frames import frame_of
-from tandem.wire.pixels import PixelPayload, serialize_with_pixels
+from tandem.gateway.backends.vllm.labels import model_id_of, worker_labels
+from tandem.gateway.workers.protocol import WorkerDescription
+from tandem.wire.pixel_splice import serialize_with_pixels
+from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import common, pb, pb_grpc
 from tandem.wire.worker_marker import TANDEM_WORKER_METADATA_KEY
 
@@ -122,8 +125,9 @@ class GenerateStream:
         self._on_drop(self.request_id)
 
 
-class WorkerClient:
-    """One gRPC channel to one worker ("host:port")."""
+class VllmClient:
+    """One gRPC channel to one vLLM-protocol worker ("host:port"); a
+    :class:`~tandem.gateway.workers.protocol.WorkerClient`."""
 
     def __init__(
         self,
@@ -144,6 +148,18 @@ class WorkerClient:
             response_deserializer=pb.GenerateResponse.FromString,
         )
         self._background: set[asyncio.Task[None]] = set()
+
+    async def describe(self, timeout: float) -> WorkerDescription:
+        """``GetModelInfo`` and ``GetServerInfo`` (with the Tandem marker) read into labels;
+        ValueError when the worker names no model."""
+        model_info, (server_info, marker) = await asyncio.gather(
+            self.get_model_info(timeout=timeout, wait_for_ready=True),
+            self.get_server_info_and_marker(timeout=timeout, wait_for_ready=True),
+        )
+        model_id = model_id_of(model_info)
+        if not model_id:
+            raise ValueError(f"worker {self.url} reported neither a served model name nor a path")
+        return WorkerDescription(model_id, worker_labels(model_info, server_info, marker))
 
     async def get_model_info(
         self, timeout: float | None = None, wait_for_ready: bool = False
