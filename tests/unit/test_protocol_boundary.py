@@ -4,11 +4,7 @@ In the gateway, vLLM's messages (``smg_grpc_proto``'s modules and Tandem's helpe
 them in ``tandem.wire``) are imported by ``tandem.gateway.backends.vllm`` alone; everything
 else works on the neutral types (``backends/frames.py``, ``workers/protocol.py``,
 ``gateway/backend.py``), and only ``gateway/backend.py`` names the vLLM folder. The worker
-is held to the same rule with its vLLM adapter.
-
-The move is under way: :data:`NOT_YET_MOVED` names the modules that still speak vLLM's
-messages. The test fails when a module outside the folder and the list starts to, and when
-a listed module no longer does (so the list only shrinks).
+is held to the same rule with its vLLM adapter (``tandem.worker.vllm``).
 """
 
 from __future__ import annotations
@@ -31,22 +27,8 @@ VLLM_MODULES = (
     "tandem.wire.pixel_splice",
     "tandem.wire.tensors",
 )
-ALLOWED_FOLDERS = ("tandem.gateway.backends.vllm", "tandem.wire")
+ALLOWED_FOLDERS = ("tandem.gateway.backends.vllm", "tandem.worker.vllm", "tandem.wire")
 SIDES = ("tandem.gateway", "tandem.worker")
-
-NOT_YET_MOVED = frozenset(
-    {
-        "tandem.worker.handoff",
-        "tandem.worker.info",
-        "tandem.worker.inputs",
-        "tandem.worker.leg_counter",
-        "tandem.worker.logprob_wire",
-        "tandem.worker.media_refs",
-        "tandem.worker.output_plan",
-        "tandem.worker.server",
-        "tandem.worker.servicer",
-    }
-)
 
 
 def _module_name(path: Path) -> str:
@@ -90,11 +72,8 @@ def vllm_speakers() -> set[str]:
 
 
 def test_only_the_vllm_folders_speak_vllm() -> None:
-    speakers = vllm_speakers()
-    new = sorted(speakers - NOT_YET_MOVED)
-    assert not new, f"modules outside the vLLM folders import vLLM's messages: {new}"
-    moved = sorted(NOT_YET_MOVED - speakers)
-    assert not moved, f"no longer speak vLLM: take them off NOT_YET_MOVED: {moved}"
+    speakers = sorted(vllm_speakers())
+    assert not speakers, f"modules outside the vLLM folders import vLLM's messages: {speakers}"
 
 
 def test_only_the_backend_chooser_names_the_vllm_folder() -> None:

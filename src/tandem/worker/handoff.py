@@ -11,6 +11,7 @@ release the prefill worker's lease in the same call.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from dataclasses import dataclass
@@ -20,7 +21,6 @@ from tandem.engine.block_keys import block_keys
 from tandem.engine.protocol import PrefixLookup
 from tandem.engine.types import KVLayers, MediaItem
 from tandem.hostport import bare_host, check_host, join_host_port, split_url
-from tandem.wire.kv_params import dumps_compact
 from tandem.worker.kv_channel import KvChannelClient, concat_kv
 
 log = logging.getLogger("tandem.worker.handoff")
@@ -77,7 +77,7 @@ def export_transfer_id(params: dict[str, Any], request_id: str) -> str:
 
 def export_params(transfer_id: str, host: str, port: int, engine_id: str, num_tokens: int) -> str:
     """The JSON a prefill leg answers with; the gateway relays it verbatim to decode."""
-    return dumps_compact(
+    return json.dumps(
         {
             "do_remote_prefill": True,
             "do_remote_decode": False,
@@ -86,7 +86,8 @@ def export_params(transfer_id: str, host: str, port: int, engine_id: str, num_to
             "remote_port": port,
             "remote_engine_id": engine_id,
             "num_tokens": num_tokens,
-        }
+        },
+        separators=(",", ":"),
     )
 
 

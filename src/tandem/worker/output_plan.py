@@ -16,9 +16,7 @@ from typing import Any
 from tandem.engine.protocol import Engine
 from tandem.engine.refusals import RefusedField
 from tandem.engine.structured import CompiledConstraint
-from tandem.engine.structured_spec import StructuredOutputError
-from tandem.wire.proto import pb
-from tandem.worker.inputs import wire_constraint
+from tandem.engine.structured_spec import Constraint, StructuredOutputError
 
 # A constraint that takes longer than this to compile is refused: xgrammar compiles the
 # schemas and regexes people send in milliseconds, a pathological one could take minutes.
@@ -84,22 +82,26 @@ def compile_pool() -> CompilePool:
 
 
 async def plan_outputs(
-    engine: Engine, params: pb.SamplingParams, engine_name: str
+    engine: Engine,
+    constraint: Constraint | None,
+    stop_token_ids: list[int],
+    wants_logprobs: bool,
+    engine_name: str,
 ) -> CompiledConstraint | None:
     """The request's constraint compiled for ``engine`` (off the event loop), or None.
 
     Refuses logprobs an engine cannot compute (the null engine) rather than ignoring them.
+    Each protocol's adapter reads ``constraint`` and the rest from its own request.
     """
-    if params.HasField("logprobs") and not engine.returns_logprobs:
+    if wants_logprobs and not engine.returns_logprobs:
         raise RefusedField(f"logprobs: the {engine_name} engine of this worker has none")
-    constraint = wire_constraint(params)
     if constraint is None:
         return None
     try:
         compiled: CompiledConstraint = await compile_pool().run(
             engine.compile_constraint,
             constraint,
-            list(params.stop_token_ids),
+            stop_token_ids,
             timeout=COMPILE_TIMEOUT_S,
         )
         return compiled

@@ -21,13 +21,13 @@ from tandem.hostport import join_host_port
 from tandem.models.info import ModelInfo, load_model_info
 from tandem.models.processor import load_processor
 from tandem.models.video import load_video_processor, text_encoder
-from tandem.wire.proto import pb_grpc
 from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient, KvChannelServer
-from tandem.worker.leg_counter import CountingServicer
 from tandem.worker.marker import server_interceptors
 from tandem.worker.media_limits import MediaRefsLimits
-from tandem.worker.media_refs import MediaRefsProcessor
+from tandem.worker.vllm.adapter import add_vllm_service
+from tandem.worker.vllm.leg_counter import CountingServicer
+from tandem.worker.vllm.media_refs import MediaRefsProcessor
 
 log = logging.getLogger("tandem.worker")
 
@@ -74,7 +74,7 @@ class WorkerServer:
         self.servicer = CountingServicer(
             config, self.info, self.engine, refs, self.kv_client, (config.dial_host, self.port)
         )
-        pb_grpc.add_VllmEngineServicer_to_server(self.servicer, self.server)
+        add_vllm_service(self.servicer, self.server)
         channel = KvChannelServer(self.engine.kv_store, shape, self.servicer.stats)
         self.server.add_generic_rpc_handlers((channel.handler(),))
         self._expiry: asyncio.Task | None = None

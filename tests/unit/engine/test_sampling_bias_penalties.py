@@ -10,7 +10,7 @@ import torch
 
 from tandem.engine.sampling import Sampler, SamplingConfig
 from tandem.wire.proto import pb
-from tandem.worker.inputs import sampling_config
+from tandem.worker.vllm.inputs import sampling_config
 
 LOGITS = torch.tensor([3.0, 2.5, 1.0, 0.0])
 

@@ -10,7 +10,7 @@ import pytest
 from tandem.engine.refusals import RefusedField
 from tandem.engine.structured_spec import Constraint, StructuredOutputError
 from tandem.wire.proto import pb
-from tandem.worker.inputs import sampling_config, wire_constraint
+from tandem.worker.vllm.inputs import sampling_config, wire_constraint
 
 
 def params(**fields: object) -> pb.SamplingParams:

@@ -20,7 +20,7 @@ from tandem.engine.runner import ModelRunner
 from tandem.models.info import load_model_info
 from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient
-from tandem.worker.leg_counter import CountingServicer
+from tandem.worker.vllm.leg_counter import CountingServicer
 
 WORKER = Path(__file__).parents[3] / "src" / "tandem" / "worker"
 
@@ -70,7 +70,7 @@ def test_the_stats_answer_is_the_same_for_both_engines(kind: str, qwen_dir: Path
 
 # The process (server.py) builds the concrete engines; every other worker module uses the
 # protocol, so that they cannot come to depend on one engine's insides.
-PROTOCOL_ONLY = ["servicer.py", "handoff.py", "kv_channel.py", "leg_counter.py"]
+PROTOCOL_ONLY = ["vllm/servicer.py", "handoff.py", "kv_channel.py", "vllm/leg_counter.py"]
 CONCRETE = {
     "tandem.engine.core",
     "tandem.engine.null",

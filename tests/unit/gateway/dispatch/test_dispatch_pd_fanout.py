@@ -1,4 +1,4 @@
-"""Fan-out of a parallel text request with n > 1 (gateway/pd/fanout.py, dispatcher.py).
+"""Fan-out of a parallel text request with n > 1 (gateway/backends/vllm/fanout.py, dispatcher.py).
 
 Scripted workers (fake_worker_client.py) answer each sub-request with tokens of its own,
 so the merged stream shows which pair every frame came from.

@@ -1,4 +1,4 @@
-"""Parallel PD dispatch (gateway/pd/parallel.py) over scripted workers.
+"""Parallel PD dispatch (gateway/backends/vllm/pd_parallel.py) over scripted workers.
 
 The workers are fakes (fake_worker_client.py): a real worker cannot be made to hold one
 leg while the other fails. tests/integration/test_pd_gateway.py runs parallel dispatch

@@ -1,4 +1,4 @@
-"""Sequential PD dispatch (gateway/pd/sequential.py) over scripted workers.
+"""Sequential PD dispatch (gateway/backends/vllm/pd_sequential.py) over scripted workers.
 
 The workers are fakes (fake_worker_client.py): only they can fail or stall one leg at a
 chosen moment. The real-process tests in tests/integration/test_pd_gateway.py run the

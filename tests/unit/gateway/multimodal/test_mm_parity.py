@@ -19,8 +19,8 @@ from tandem.wire.proto import GenerateRequest
 
 pytest.importorskip("torch")
 
-from tandem.worker.inputs import wire_media
-from tandem.worker.media_refs import MediaRefsProcessor
+from tandem.worker.vllm.inputs import wire_media
+from tandem.worker.vllm.media_refs import MediaRefsProcessor
 
 FIRST, SECOND = png_bytes((50, 34), seed=5), png_bytes((80, 112), seed=6)
 

@@ -20,7 +20,7 @@ from tandem.wire.proto import Modality, pb
 pytest.importorskip("torch")
 
 from tandem.worker.media_limits import MediaRefsLimitConfig, MediaRefsLimits
-from tandem.worker.media_refs import MediaRefsProcessor
+from tandem.worker.vllm.media_refs import MediaRefsProcessor
 
 SMALL = png_bytes((64, 48), seed=1)
 

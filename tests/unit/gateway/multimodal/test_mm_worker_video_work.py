@@ -18,8 +18,8 @@ from tandem.media import MediaPolicy, MediaTooLarge
 from tandem.media.executor import THREAD_PREFIX
 from tandem.media.video import DecodeGuard
 from tandem.models.video import QwenVideoProcessor
-from tandem.worker import media_refs as media_refs_module
-from tandem.worker.media_refs import MediaRefsProcessor
+from tandem.worker.vllm import media_refs as media_refs_module
+from tandem.worker.vllm.media_refs import MediaRefsProcessor
 
 
 def _worker(qwen: Model) -> MediaRefsProcessor:

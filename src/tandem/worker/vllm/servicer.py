@@ -33,13 +33,20 @@ from tandem.models.info import ModelInfo
 from tandem.wire.kv_params import request_kv_params
 from tandem.wire.proto import MediaIdentity, pb, pb_grpc
 from tandem.wire.requests import has_media_refs, has_mm_inputs, sampling_n
-from tandem.worker import handoff, info
+from tandem.worker import handoff
 from tandem.worker.config import WorkerConfig
-from tandem.worker.inputs import LMO_REASON, prompt_ids, sampling_config, wire_media
 from tandem.worker.kv_channel import KvChannelClient
-from tandem.worker.logprob_wire import output_logprobs
-from tandem.worker.media_refs import MediaRefsProcessor, build_media_identity
 from tandem.worker.output_plan import CompilerSaturated, plan_outputs
+from tandem.worker.vllm import info
+from tandem.worker.vllm.inputs import (
+    LMO_REASON,
+    prompt_ids,
+    sampling_config,
+    wire_constraint,
+    wire_media,
+)
+from tandem.worker.vllm.logprobs import output_logprobs
+from tandem.worker.vllm.media_refs import MediaRefsProcessor, build_media_identity
 
 log = logging.getLogger("tandem.worker")
 
@@ -158,7 +165,14 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
     ) -> _Plan:
         ids = prompt_ids(request)
         # Before any media work: a bad constraint is refused at once, for nothing fetched.
-        compiled = await plan_outputs(self.engine, request.sampling_params, self.config.engine)
+        sampling = request.sampling_params
+        compiled = await plan_outputs(
+            self.engine,
+            wire_constraint(sampling),
+            list(sampling.stop_token_ids),
+            sampling.HasField("logprobs"),
+            self.config.engine,
+        )
         identity = None
         media: MediaInputs | None
         if has_media_refs(request):

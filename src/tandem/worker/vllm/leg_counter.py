@@ -15,7 +15,7 @@ from tandem.wire.kv_params import request_kv_params
 from tandem.wire.proto import pb
 from tandem.wire.requests import mm_batches
 from tandem.wire.tensors import tensor_nbytes
-from tandem.worker.servicer import WorkerServicer
+from tandem.worker.vllm.servicer import WorkerServicer
 
 
 def leg_of(request: pb.GenerateRequest) -> str:
