@@ -8,7 +8,7 @@ A generation route parses nothing itself: it hands the request to the pipeline
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -28,7 +28,24 @@ from tandem.gateway.api.sse import sse_response
 from tandem.gateway.inbound import HttpInbound
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.openapi import openapi_document
-from tandem.gateway.pipeline.run import Answered, Failed, Gone, Outcome, Pipeline
+from tandem.gateway.pipeline.events import AnswerEvent, AnswerMeta, Completion
+from tandem.gateway.pipeline.run import (
+    Answered,
+    Completed,
+    Events,
+    Failed,
+    Gone,
+    Outcome,
+    Pipeline,
+    PipelineOutcome,
+    Streaming,
+)
+from tandem.gateway.render_openai import (
+    chat_answer,
+    chat_chunks,
+    completion_answer,
+    completion_chunks,
+)
 from tandem.gateway.responses.service import ResponsesService
 from tandem.gateway.state import GatewayState
 from tandem.gateway.tokenize import tokenize_routes
@@ -41,11 +58,12 @@ def build_app(state: GatewayState) -> Starlette:
     pipeline = Pipeline(state)
 
     async def chat(request: Request) -> Response | ReleaseAfter:
-        return render(await pipeline.run(HttpInbound(request), "chat", parse_chat_request))
+        outcome = await pipeline.run(HttpInbound(request), "chat", parse_chat_request)
+        return render(in_dialect(outcome, chat_answer, chat_chunks))
 
     async def completions(request: Request) -> Response | ReleaseAfter:
         outcome = await pipeline.run(HttpInbound(request), "completions", parse_completion_request)
-        return render(outcome)
+        return render(in_dialect(outcome, completion_answer, completion_chunks))
 
     responses = ResponsesService(state, pipeline)
 
@@ -136,6 +154,19 @@ def model_card(model: ModelHandle) -> dict[str, Any]:
     if model.info.max_context:
         card["max_model_len"] = model.info.max_context
     return card
+
+
+def in_dialect(
+    outcome: PipelineOutcome,
+    answer: Callable[[AnswerMeta, Completion], dict[str, Any]],
+    chunks: Callable[[AnswerMeta, AsyncIterator[AnswerEvent]], AsyncIterator[dict[str, Any]]],
+) -> Outcome:
+    """The pipeline's neutral answer rendered by one endpoint's ``answer`` and ``chunks``."""
+    if isinstance(outcome, Completed):
+        return Answered(answer(outcome.meta, outcome.answer), outcome.request_id)
+    if isinstance(outcome, Events):
+        return Streaming(chunks(outcome.meta, outcome.events), outcome.sent, outcome.request_id)
+    return outcome
 
 
 def render(outcome: Outcome) -> Response | ReleaseAfter:

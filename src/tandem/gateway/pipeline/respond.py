@@ -1,4 +1,4 @@
-"""Stage: turn worker frames into the OpenAI answer, JSON or SSE.
+"""Stage: turn worker frames into the answer, a :class:`Completion` or typed events.
 
 Each choice has its own incremental detokenizer and stop-string matcher. When
 every choice has finished (stop string, eos or length) the worker stream is
@@ -10,31 +10,27 @@ a non-streaming worker's Complete (docs/pd-contract.md §20).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from tandem.gateway import metrics
-from tandem.gateway.api.responses import (
-    ChatChunkBuilder,
-    ChoiceOutput,
-    TextChunkBuilder,
-    Usage,
-    chat_completion,
-    new_response_id,
-    now,
-    text_completion,
-    tool_call_dict,
-)
+from tandem.gateway.api.responses import Usage
 from tandem.gateway.backends.frames import Frame
 from tandem.gateway.context import RequestContext
 from tandem.gateway.detokenize import IncrementalDetokenizer
 from tandem.gateway.dispatch.streams import OpenedStream
-from tandem.gateway.logprobs import (
-    CompletionLogprobs,
-    LogprobEntry,
-    chat_content,
-    chat_logprobs,
+from tandem.gateway.logprobs import LogprobEntry
+from tandem.gateway.pipeline.events import (
+    AnswerEvent,
+    AnswerUsage,
+    CallArguments,
+    CallStarted,
+    ChoiceFinished,
+    Completion,
+    FinishedChoice,
+    ReasoningDelta,
+    TextDelta,
 )
 from tandem.gateway.pipeline.shaping_plan import ChoiceStreamer
 from tandem.gateway.stops import StopMatcher
@@ -170,7 +166,7 @@ class Collector:
             )
 
 
-async def collect(ctx: RequestContext, opened: OpenedStream) -> dict[str, Any]:
+async def collect(ctx: RequestContext, opened: OpenedStream) -> Completion:
     collector = Collector(ctx)
     ok = False
     try:
@@ -183,23 +179,17 @@ async def collect(ctx: RequestContext, opened: OpenedStream) -> dict[str, Any]:
         ctx.usage = collector.usage()  # for the access log, whatever the client asked
         await opened.frames.aclose()
         opened.close(ok)
-    choices = [_output(ctx, c) for c in collector.choices]
-    model_name = ctx.body.model
-    if ctx.is_chat:
-        return chat_completion(
-            new_response_id("chatcmpl"), model_name, now(), choices, collector.usage()
-        )
-    return text_completion(new_response_id("cmpl"), model_name, now(), choices, collector.usage())
+    return Completion([_output(ctx, c) for c in collector.choices], collector.usage())
 
 
-def _output(ctx: RequestContext, choice: Choice) -> ChoiceOutput:
+def _output(ctx: RequestContext, choice: Choice) -> FinishedChoice:
     text, reason = "".join(choice.text), choice.finish_reason or "stop"
-    logprobs = _rendered(ctx, choice)
+    logprobs = choice.logprobs if ctx.sampling.logprobs is not None else None
     if ctx.shaping is None:
-        return ChoiceOutput(choice.index, text, reason, logprobs)
+        return FinishedChoice(choice.index, text, reason, logprobs)
     shaped = ctx.shaping.whole(text, cut=reason == "length")
-    calls = [tool_call_dict(c.id, c.name, c.arguments) for c in shaped.calls]
-    return ChoiceOutput(
+    calls = list(shaped.calls)
+    return FinishedChoice(
         choice.index,
         shaped.content,
         ctx.shaping.finish_reason(reason, bool(calls)),
@@ -209,40 +199,23 @@ def _output(ctx: RequestContext, choice: Choice) -> ChoiceOutput:
     )
 
 
-def _rendered(ctx: RequestContext, choice: Choice) -> dict[str, Any] | None:
-    """A finished choice's logprobs in the route's shape; None when not asked for."""
-    alternatives = ctx.sampling.logprobs
-    if alternatives is None:
-        return None
-    strings = ctx.model.token_strings
-    if ctx.is_chat:
-        return chat_logprobs(choice.logprobs, strings)
-    return CompletionLogprobs(strings, alternatives).render(choice.logprobs)
-
-
-async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncIterator[dict[str, Any]]:
+async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncIterator[AnswerEvent]:
+    """The answer as typed events (``events.py``), the usage last."""
     collector = Collector(ctx)
-    chat = ctx.is_chat
-    prefix = "chatcmpl" if chat else "cmpl"
-    builder_cls = ChatChunkBuilder if chat else TextChunkBuilder
-    builder = builder_cls(new_response_id(prefix), ctx.body.model, now(), ctx.body.include_usage)
-    render = _delta_renderer(ctx)
+    asked = ctx.sampling.logprobs is not None
     shapers = [ctx.shaping.streamer() for _ in range(ctx.n)] if ctx.shaping else None
     ok = False
     try:
-        if isinstance(builder, ChatChunkBuilder):  # chat streams open with the role
-            for choice in collector.choices:
-                yield builder.start(choice.index)
         async for frame in opened.frames:
             event = collector.apply(frame)
-            if shapers is not None and isinstance(builder, ChatChunkBuilder):
-                for chunk in _shaped_chunks(builder, shapers[event.index], event, render):
-                    yield chunk
+            if shapers is not None:
+                for piece in _shaped(shapers[event.index], event):
+                    yield piece
             else:
                 if event.text or event.logprobs:
-                    yield builder.delta(event.index, event.text, render(event))
+                    yield TextDelta(event.index, event.text, event.logprobs if asked else None)
                 if event.finished:
-                    yield builder.finish(event.index, event.finished)
+                    yield ChoiceFinished(event.index, event.finished)
             if collector.done:
                 break
         ok = True
@@ -250,45 +223,26 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
         ctx.usage = collector.usage()  # for the access log, whatever the client asked
         await opened.frames.aclose()
         opened.close(ok)
-    if ctx.body.include_usage:
-        yield builder.usage(collector.usage())
+    yield AnswerUsage(collector.usage())
 
 
-def _delta_renderer(ctx: RequestContext) -> Callable[[Event], dict[str, Any] | None]:
-    """Renders a streamed delta's logprobs (None when not asked for) in the route's shape."""
-    alternatives = ctx.sampling.logprobs
-    if alternatives is None:
-        return lambda event: None
-    strings = ctx.model.token_strings
-    if ctx.is_chat:
-        return lambda event: {"content": chat_content(event.logprobs, strings)}
-    # Each choice's text offsets continue from its previous chunk.
-    renderers = [CompletionLogprobs(strings, alternatives) for _ in range(ctx.n)]
-    return lambda event: renderers[event.index].render(event.logprobs)
-
-
-def _shaped_chunks(
-    builder: ChatChunkBuilder,
-    shaper: ChoiceStreamer,
-    event: Event,
-    render: Callable[[Event], dict[str, Any] | None],
-) -> list[dict[str, Any]]:
-    """One frame's chunks of a parsed chat stream: reasoning, content and tool-call deltas."""
+def _shaped(shaper: ChoiceStreamer, event: Event) -> list[AnswerEvent]:
+    """One frame's events of a parsed choice: reasoning, content and tool-call pieces."""
     index = event.index
     pieces = shaper.push(event.text) if event.text else []
     if event.finished:
         pieces += shaper.finish(cut=event.finished == "length")
-    chunks = [builder.delta(index, "", render(event))] if event.logprobs else []
+    out: list[AnswerEvent] = [TextDelta(index, "", event.logprobs)] if event.logprobs else []
     for piece in pieces:
         if isinstance(piece, ContentPiece):
             if piece.text:
-                chunks.append(builder.delta(index, piece.text))
+                out.append(TextDelta(index, piece.text))
         elif isinstance(piece, ReasoningPiece):
-            chunks.append(builder.reasoning(index, piece.text))
+            out.append(ReasoningDelta(index, piece.text))
         elif isinstance(piece, CallStart):
-            chunks.append(builder.call_start(index, piece.index, piece.id, piece.name))
+            out.append(CallStarted(index, piece.index, piece.id, piece.name))
         elif piece.text:
-            chunks.append(builder.call_arguments(index, piece.index, piece.text))
+            out.append(CallArguments(index, piece.index, piece.text))
     if event.finished:
-        chunks.append(builder.finish(index, shaper.finish_reason(event.finished)))
-    return chunks
+        out.append(ChoiceFinished(index, shaper.finish_reason(event.finished)))
+    return out

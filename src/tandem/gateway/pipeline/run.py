@@ -35,6 +35,7 @@ from tandem.gateway.admission import PixelLease, Slot, rejected
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.streams import OpenedStream
+from tandem.gateway.pipeline.events import AnswerEvent, AnswerMeta, Completion
 from tandem.gateway.pipeline.media import prepare_media
 from tandem.gateway.pipeline.prompt import prepare_prompt
 from tandem.gateway.pipeline.respond import collect, stream_events
@@ -75,7 +76,18 @@ class Inbound(Protocol):
 
 @dataclass(slots=True)
 class Answered:
+    """A JSON answer already in its endpoint's dialect."""
+
     body: dict[str, Any]
+    request_id: str
+
+
+@dataclass(slots=True)
+class Completed:
+    """The pipeline's JSON answer, for the endpoint to render (``pipeline/events.py``)."""
+
+    answer: Completion
+    meta: AnswerMeta
     request_id: str
 
 
@@ -100,7 +112,19 @@ class Streaming:
     named: bool = False  # Responses API events: ``event: <type>`` lines, no [DONE]
 
 
+@dataclass(slots=True)
+class Events:
+    """The pipeline's stream, for the endpoint to render: typed events, then ``sent``."""
+
+    events: AsyncIterator[AnswerEvent]
+    meta: AnswerMeta
+    sent: Callable[[], Awaitable[None]]
+    request_id: str
+
+
+# What an endpoint answers with (rendered) and what the pipeline hands it (neutral).
 Outcome = Answered | Failed | Gone | Streaming
+PipelineOutcome = Completed | Events | Failed | Gone
 
 
 @dataclass(slots=True)
@@ -125,7 +149,7 @@ class Pipeline:
         self.state = state
         self.config = state.config
 
-    async def run(self, inbound: Inbound, route: Route, parse: Parser) -> Outcome:
+    async def run(self, inbound: Inbound, route: Route, parse: Parser) -> PipelineOutcome:
         record = RequestRecord(route, enabled=self.config.access_log, tenant=inbound.tenant)
         held = _Held()
         ctx: RequestContext | None = None
@@ -158,7 +182,8 @@ class Pipeline:
         finally:
             held.release()  # a stream has taken its slot over
         self._finish(record, ctx, 200, "")
-        return Answered(answer, record.request_id)
+        assert ctx is not None
+        return Completed(answer, _meta(ctx), record.request_id)
 
     def _admissible(self, inbound: Inbound) -> None:
         if self.state.draining:
@@ -205,7 +230,7 @@ class Pipeline:
             ) from None
         return ctx
 
-    async def _answer(self, ctx: RequestContext, held: _Held) -> dict[str, Any]:
+    async def _answer(self, ctx: RequestContext, held: _Held) -> Completion:
         try:
             async with asyncio.timeout(self.config.request_timeout_s):
                 opened = await self.state.dispatcher.open(ctx)
@@ -224,7 +249,7 @@ class Pipeline:
 
     async def _streaming(
         self, inbound: Inbound, ctx: RequestContext, record: RequestRecord, held: _Held
-    ) -> Streaming:
+    ) -> Events:
         opened = await inbound.until_disconnect(self._open(ctx))
         held.release_lease()  # the first frame is back: the pixels have gone
         # The slot is held until the last byte is sent (or the client is gone).
@@ -240,11 +265,11 @@ class Pipeline:
             await opened.abandon()
 
         events = self._observed(stream_events(ctx, opened), ctx, record)
-        return Streaming(events, sent, record.request_id)
+        return Events(events, _meta(ctx), sent, record.request_id)
 
     async def _observed(
-        self, events: AsyncIterator[dict[str, Any]], ctx: RequestContext, record: RequestRecord
-    ) -> AsyncIterator[dict[str, Any]]:
+        self, events: AsyncIterator[AnswerEvent], ctx: RequestContext, record: RequestRecord
+    ) -> AsyncIterator[AnswerEvent]:
         status, code = 200, ""
         try:
             async for event in events:
@@ -267,6 +292,12 @@ class Pipeline:
     def _timed_out(self, what: str) -> TandemError:
         limit = self.config.request_timeout_s
         return make_error("request_timeout", f"{what} within --request-timeout-secs={limit}")
+
+
+def _meta(ctx: RequestContext) -> AnswerMeta:
+    body = ctx.body
+    strings = ctx.model.token_strings
+    return AnswerMeta(body.model, ctx.n, body.include_usage, ctx.sampling.logprobs, strings)
 
 
 def _name_constraint(err: TandemError, ctx: RequestContext | None) -> None:

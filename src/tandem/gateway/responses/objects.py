@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tandem.errors import TandemError
+from tandem.gateway.logprobs import TokenStrings, chat_content
+from tandem.gateway.pipeline.events import Completion
 from tandem.gateway.responses.items import new_item_id
 from tandem.gateway.responses.request import NamedFunction, ResponsesRequest
 
@@ -82,21 +84,18 @@ class Answer:
     usage: dict[str, Any] | None = None
 
     @classmethod
-    def from_chat(cls, completion: dict[str, Any]) -> Answer:
-        choice = completion["choices"][0]
-        message = choice["message"]
-        calls = [
-            (c["id"], c["function"]["name"], c["function"]["arguments"])
-            for c in message.get("tool_calls") or []
-        ]
-        logprobs = (choice.get("logprobs") or {}).get("content") or []
+    def from_completion(cls, completion: Completion, strings: TokenStrings) -> Answer:
+        """The first choice of the pipeline's answer (a Responses request has n = 1)."""
+        choice = completion.choices[0]
+        calls = [(c.id, c.name, c.arguments) for c in choice.calls or ()]
+        logprobs = chat_content(choice.logprobs, strings) if choice.logprobs is not None else []
         return cls(
-            message.get("content") or "",
-            message.get("reasoning_content"),
+            choice.text or "",
+            choice.reasoning,
             calls,
             logprobs,
-            choice.get("finish_reason"),
-            completion.get("usage"),
+            choice.finish_reason,
+            completion.usage.to_dict(),
         )
 
 

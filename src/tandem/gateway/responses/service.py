@@ -19,7 +19,17 @@ from typing import Any
 from tandem.ascii_int import ascii_int
 from tandem.errors import TandemError, make_error
 from tandem.gateway.history.store import NO_TENANT, HistoryError, ResponseStore, StoredResponse
-from tandem.gateway.pipeline.run import Answered, Failed, Inbound, Outcome, Pipeline, Streaming
+from tandem.gateway.pipeline.events import AnswerEvent
+from tandem.gateway.pipeline.run import (
+    Answered,
+    Completed,
+    Events,
+    Failed,
+    Inbound,
+    Outcome,
+    Pipeline,
+    Streaming,
+)
 from tandem.gateway.responses.objects import Answer, CountTokens, finished, output_items
 from tandem.gateway.responses.stream import EventWriter
 from tandem.gateway.responses.turn import Turn, history_unavailable, responses_param
@@ -45,31 +55,31 @@ class ResponsesService:
         if isinstance(outcome, Failed):
             outcome.error.param = responses_param(outcome.error.param)
             return outcome
-        if isinstance(outcome, Answered):
+        if isinstance(outcome, Completed):
             assert turn.header is not None
-            answer = Answer.from_chat(outcome.body)
+            answer = Answer.from_completion(outcome.answer, outcome.meta.token_strings)
             body = finished(turn.header, answer, output_items(answer), await self._counter())
             try:
                 await self._save(turn, body)
             except TandemError as err:
                 return Failed(err, outcome.request_id)
             return Answered(body, outcome.request_id)
-        if isinstance(outcome, Streaming):
-            events = self._events(turn, outcome.events, await self._counter())
+        if isinstance(outcome, Events):
+            assert turn.header is not None
+            writer = EventWriter(turn.header, await self._counter(), outcome.meta.token_strings)
+            events = self._events(turn, outcome.events, writer)
             return Streaming(events, outcome.sent, outcome.request_id, named=True)
         return outcome
 
     async def _events(
-        self, turn: Turn, chunks: AsyncIterator[dict[str, Any]], count: CountTokens
+        self, turn: Turn, answer: AsyncIterator[AnswerEvent], writer: EventWriter
     ) -> AsyncGenerator[dict[str, Any], None]:
-        assert turn.header is not None
-        writer = EventWriter(turn.header, count)
         try:
             for event in writer.start():
                 yield event
             try:
-                async for chunk in chunks:
-                    for event in writer.push(chunk):
+                async for piece in answer:
+                    for event in writer.push(piece):
                         yield event
             except TandemError as err:
                 err.param = responses_param(err.param)
@@ -86,7 +96,7 @@ class ResponsesService:
             for event in closing:
                 yield event
         finally:
-            aclose = getattr(chunks, "aclose", None)
+            aclose = getattr(answer, "aclose", None)
             if aclose is not None:
                 await aclose()
 

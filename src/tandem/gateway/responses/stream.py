@@ -1,8 +1,8 @@
-"""A streamed chat completion retold as the Responses API's event sequence.
+"""The pipeline's answer events retold as the Responses API's event sequence.
 
-The chat pipeline streams chunks (``api/responses.py`` ``ChatChunkBuilder``): reasoning,
-content and tool-call deltas, a finish reason, then usage. :class:`EventWriter` turns them
-into OpenAI's events, the ones ``client.responses.stream(...)`` accumulates:
+The pipeline streams typed events (``pipeline/events.py``): reasoning, content and tool-call
+pieces, a finish, then usage. :class:`EventWriter` turns them into OpenAI's events, the
+ones ``client.responses.stream(...)`` accumulates:
 
     response.created, response.in_progress,
     per output item: response.output_item.added,
@@ -22,6 +22,15 @@ from __future__ import annotations
 from typing import Any
 
 from tandem.errors import TandemError
+from tandem.gateway.logprobs import TokenStrings, chat_content
+from tandem.gateway.pipeline.events import (
+    AnswerEvent,
+    AnswerUsage,
+    CallArguments,
+    CallStarted,
+    ReasoningDelta,
+    TextDelta,
+)
 from tandem.gateway.responses.items import new_item_id
 from tandem.gateway.responses.objects import (
     Answer,
@@ -49,9 +58,10 @@ class _Open:
 
 
 class EventWriter:
-    def __init__(self, header: ResponseHeader, count: CountTokens) -> None:
+    def __init__(self, header: ResponseHeader, count: CountTokens, strings: TokenStrings) -> None:
         self.header = header
         self.count = count
+        self.strings = strings  # token texts, for the logprobs of output_text deltas
         self.sequence = 0
         self.output: list[dict[str, Any]] = []  # finished items, in order
         self.open: _Open | None = None
@@ -74,31 +84,32 @@ class EventWriter:
             self._event("response.in_progress", response=snapshot),
         ]
 
-    def push(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
-        """The events of one chat chunk."""
-        if chunk.get("usage"):
-            self.answer.usage = chunk["usage"]
-        events: list[dict[str, Any]] = []
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if delta.get("reasoning_content"):
+    def push(self, event: AnswerEvent) -> list[dict[str, Any]]:
+        """The Responses events of one answer event."""
+        if isinstance(event, AnswerUsage):
+            self.answer.usage = event.usage.to_dict()
+        elif isinstance(event, ReasoningDelta):
+            if event.text:
                 self.pending = []
-                events += self._text("reasoning", delta["reasoning_content"], [])
-            logprobs = (choice.get("logprobs") or {}).get("content") or []
-            if delta.get("content"):
-                events += self._text("message", delta["content"], self._take(logprobs))
-            elif logprobs and self.open is not None and self.open.kind == "message":
-                events += self._text("message", "", self._take(logprobs))
-            elif logprobs:
-                # Never an item of its own: that would close an open call or reasoning item
-                # (and once lost a call's arguments).
-                self.pending += logprobs
-            for call in delta.get("tool_calls") or []:
-                self.pending = []
-                events += self._call(call)
-            if choice.get("finish_reason"):
-                self.answer.finish_reason = choice["finish_reason"]
-        return events
+                return self._text("reasoning", event.text, [])
+        elif isinstance(event, TextDelta):
+            logprobs = chat_content(event.logprobs or [], self.strings)
+            if event.text:
+                return self._text("message", event.text, self._take(logprobs))
+            if logprobs and self.open is not None and self.open.kind == "message":
+                return self._text("message", "", self._take(logprobs))
+            # Never an item of its own: that would close an open call or reasoning item
+            # (and once lost a call's arguments).
+            self.pending += logprobs
+        elif isinstance(event, CallStarted):
+            self.pending = []
+            return self._start_call(event)
+        elif isinstance(event, CallArguments):
+            self.pending = []
+            return self._call_arguments(event)
+        else:
+            self.answer.finish_reason = event.reason
+        return []
 
     def _take(self, logprobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         taken, self.pending = [*self.pending, *logprobs], []
@@ -133,31 +144,29 @@ class EventWriter:
             )
         return events
 
-    def _call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
-        function = call.get("function") or {}
-        events: list[dict[str, Any]] = []
-        if "id" in call:  # a call's first delta: id and name
-            events += self._close()
-            call_id, name = call["id"], function.get("name", "")
-            started = _Open("function_call", len(self.output), (call_id, name))
-            self.open = self.calls[call["index"]] = started
-            added = call_item(started.id, "in_progress", call_id, name, "")
-            events.append(
-                self._event("response.output_item.added", output_index=started.index, item=added)
-            )
-        item = self.calls.get(call.get("index", -1))
-        piece = function.get("arguments") or ""
-        if item is not None and piece:
-            item.text.append(piece)
-            events.append(
-                self._event(
-                    "response.function_call_arguments.delta",
-                    item_id=item.id,
-                    output_index=item.index,
-                    delta=piece,
-                )
-            )
+    def _start_call(self, event: CallStarted) -> list[dict[str, Any]]:
+        """A call's first piece: its id and name open an item of its own."""
+        events = self._close()
+        started = _Open("function_call", len(self.output), (event.call_id, event.name))
+        self.open = self.calls[event.call] = started
+        added = call_item(started.id, "in_progress", event.call_id, event.name, "")
+        events.append(
+            self._event("response.output_item.added", output_index=started.index, item=added)
+        )
         return events
+
+    def _call_arguments(self, event: CallArguments) -> list[dict[str, Any]]:
+        item = self.calls.get(event.call)
+        if item is None or not event.text:
+            return []
+        item.text.append(event.text)
+        delta = self._event(
+            "response.function_call_arguments.delta",
+            item_id=item.id,
+            output_index=item.index,
+            delta=event.text,
+        )
+        return [delta]
 
     def _switch(self, kind: str) -> list[dict[str, Any]]:
         events = self._close()

@@ -3,12 +3,12 @@
 ``ResponseStreamState`` is what ``client.responses.stream(...)`` runs over the events it
 receives: if our sequence breaks its rules (an item before ``response.created``, a delta
 for an unknown index, a completed response with unfinished items) it raises, and its final
-response must hold what the chat chunks said.
+response must hold what the pipeline's answer events said.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from openai import omit
@@ -17,7 +17,17 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
 from tandem.errors import make_error
-from tandem.gateway.api.responses import ChatChunkBuilder, Usage
+from tandem.gateway.api.responses import Usage
+from tandem.gateway.logprobs import LogprobEntry, TokenStrings
+from tandem.gateway.pipeline.events import (
+    AnswerEvent,
+    AnswerUsage,
+    CallArguments,
+    CallStarted,
+    ChoiceFinished,
+    ReasoningDelta,
+    TextDelta,
+)
 from tandem.gateway.responses.objects import Answer, ResponseHeader, output_items
 from tandem.gateway.responses.request import parse_responses_request
 from tandem.gateway.responses.stream import EventWriter
@@ -29,7 +39,7 @@ def writer(**fields: Any) -> EventWriter:
 
     request = parse_responses_request(json.dumps(body))
     header = ResponseHeader("resp_1", 0, "m", request, stored=True)
-    return EventWriter(header, lambda text: len(text))
+    return EventWriter(header, lambda text: len(text), STRINGS)
 
 
 def replay(events: list[dict[str, Any]]) -> Any:
@@ -41,24 +51,65 @@ def replay(events: list[dict[str, Any]]) -> Any:
     return state._completed_response
 
 
-def run(w: EventWriter, chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def run(w: EventWriter, answer: list[AnswerEvent]) -> list[dict[str, Any]]:
     events = w.start()
-    for chunk in chunks:
-        events += w.push(chunk)
+    for piece in answer:
+        events += w.push(piece)
     closing, _ = w.finish()
     return events + closing
 
 
-B = ChatChunkBuilder("chatcmpl-1", "m", 0, include_usage=True)
+class _Strings:
+    """Token texts by id, as the gateway's ``TokenStrings`` gives them (ids from :func:`_lp`)."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def get(self, token_id: int) -> tuple[str, list[int]]:
+        text = self.texts[token_id]
+        return text, list(text.encode())
+
+
+_STRINGS = _Strings()
+STRINGS = cast(TokenStrings, _STRINGS)
+
+
+def _lp(token: str, logprob: float = -0.1) -> list[LogprobEntry]:
+    _STRINGS.texts.append(token)
+    return [LogprobEntry(len(_STRINGS.texts) - 1, logprob)]
+
+
+class B:
+    """The answer events of one choice, named as a chat stream's chunks were."""
+
+    @staticmethod
+    def delta(index: int, text: str, logprobs: list[LogprobEntry] | None = None) -> TextDelta:
+        return TextDelta(index, text, logprobs)
+
+    @staticmethod
+    def reasoning(index: int, text: str) -> ReasoningDelta:
+        return ReasoningDelta(index, text)
+
+    @staticmethod
+    def call_start(index: int, call: int, call_id: str, name: str) -> CallStarted:
+        return CallStarted(index, call, call_id, name)
+
+    @staticmethod
+    def call_arguments(index: int, call: int, text: str) -> CallArguments:
+        return CallArguments(index, call, text)
+
+    @staticmethod
+    def finish(index: int, reason: str) -> ChoiceFinished:
+        return ChoiceFinished(index, reason)
+
+    @staticmethod
+    def usage(usage: Usage) -> AnswerUsage:
+        return AnswerUsage(usage)
 
 
 def test_text_stream_accumulates_to_the_same_text() -> None:
-    logprobs = {
-        "content": [{"token": "He", "logprob": -0.5, "bytes": [72, 101], "top_logprobs": []}]
-    }
     chunks = [
-        B.start(0),
-        B.delta(0, "He", logprobs),
+        B.delta(0, "He", _lp("He", -0.5)),
         B.delta(0, "llo"),
         B.finish(0, "stop"),
         B.usage(Usage(5, 2, 3)),
@@ -75,7 +126,6 @@ def test_text_stream_accumulates_to_the_same_text() -> None:
 
 def test_reasoning_then_text_then_calls_are_separate_items() -> None:
     chunks = [
-        B.start(0),
         B.reasoning(0, "think"),
         B.reasoning(0, "ing"),
         B.delta(0, "Let me check."),
@@ -95,11 +145,6 @@ def test_reasoning_then_text_then_calls_are_separate_items() -> None:
     assert final.output[2].arguments == '{"city":"Paris"}' and final.output[2].call_id == "call_a"
     assert final.output[3].name == "get_time"
     assert final.usage.output_tokens_details.reasoning_tokens == len("thinking")
-
-
-def _lp(token: str) -> dict[str, Any]:
-    entry = {"token": token, "logprob": -0.1, "bytes": list(token.encode()), "top_logprobs": []}
-    return {"content": [entry]}
 
 
 def _shape(output: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -122,7 +167,6 @@ def test_logprobs_only_chunks_open_no_item_and_lose_no_arguments() -> None:
     before its pieces; those chunks once opened a message, which closed the call with
     arguments "" (and split reasoning into many items), in the stored copy too."""
     chunks = [
-        B.start(0),
         B.delta(0, "", _lp("<think>")),
         B.reasoning(0, "think"),
         B.delta(0, "", _lp("ing")),
@@ -150,7 +194,6 @@ def test_logprobs_only_chunks_open_no_item_and_lose_no_arguments() -> None:
 
 def test_logprobs_before_their_text_join_the_message() -> None:
     chunks = [
-        B.start(0),
         B.delta(0, "", _lp("He")),  # held while the parser waits to see a call or not
         B.delta(0, "", _lp("llo")),
         B.delta(0, "Hello"),
@@ -165,7 +208,7 @@ def test_logprobs_before_their_text_join_the_message() -> None:
 
 
 def test_a_cut_answer_ends_incomplete() -> None:
-    events = run(writer(max_output_tokens=2), [B.start(0), B.delta(0, "ab"), B.finish(0, "length")])
+    events = run(writer(max_output_tokens=2), [B.delta(0, "ab"), B.finish(0, "length")])
     assert events[-1]["type"] == "response.incomplete"
     body = events[-1]["response"]
     assert body["incomplete_details"] == {"reason": "max_output_tokens"}
@@ -173,7 +216,7 @@ def test_a_cut_answer_ends_incomplete() -> None:
 
 
 def test_an_empty_answer_is_one_empty_message() -> None:
-    final = replay(run(writer(), [B.start(0), B.finish(0, "stop")]))
+    final = replay(run(writer(), [B.finish(0, "stop")]))
     assert [item.type for item in final.output] == ["message"]
     assert final.output_text == ""
 
