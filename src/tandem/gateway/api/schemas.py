@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from tandem.errors import TandemError, make_error
+from tandem.errors import make_error
 from tandem.gateway.api.generation import (
     DEFAULT_COMPLETION_MAX_TOKENS,
     MAX_COMPLETION_LOGPROBS,
@@ -37,7 +37,6 @@ from tandem.gateway.api.generation import (
 )
 from tandem.gateway.api.schemas_chat import (
     INVALID,
-    UNSUPPORTED_PART,
     ChatMessage,
 )
 from tandem.gateway.api.tools import (
@@ -50,6 +49,7 @@ from tandem.gateway.api.tools import (
     tool_mode,
 )
 from tandem.gateway.api.unhonoured import refuse_unhonoured
+from tandem.gateway.api.validation_errors import error_param, validation_error
 
 # Re-exported: callers and tests read the limits and the summary from here.
 __all__ = [
@@ -214,31 +214,6 @@ class CompletionRequest(GenerationParams):
         return self.logprobs
 
 
-def error_param(loc: tuple[int | str, ...]) -> str | None:
-    """Dotted path of a pydantic error location, without the ``~`` union tags."""
-    parts = [str(p) for p in loc if not (isinstance(p, str) and p.startswith("~"))]
-    return ".".join(parts) or None
-
-
-def _to_tandem_error(exc: ValidationError) -> TandemError:
-    first = exc.errors(include_url=False, include_input=False)[0]
-    kind, msg = first["type"], first["msg"]
-    param = error_param(first["loc"])
-    if kind == "json_invalid":
-        detail = first.get("ctx", {}).get("error", msg)
-        return make_error("invalid_request", f"request body is not valid JSON: {detail}")
-    if param is None and kind == "model_type":
-        return make_error("invalid_request", "request body must be a JSON object")
-    if kind == UNSUPPORTED_PART:
-        return make_error("unsupported_content_part", msg, param=param)
-    if kind == INVALID:
-        return make_error("invalid_request", msg, param=param)
-    if kind == "missing":
-        return make_error("invalid_request", f"'{param}' is required", param=param)
-    where = f"'{param}'" if param else "request body"
-    return make_error("invalid_request", f"invalid {where}: {msg}", param=param)
-
-
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
@@ -247,7 +222,7 @@ def _parse(model: type[_Model], body: bytes | str) -> _Model:
         return model.model_validate_json(body)
     except ValidationError as exc:
         # from None: the pydantic chain is noise in logs; the message carries what matters.
-        raise _to_tandem_error(exc) from None
+        raise validation_error(exc) from None
 
 
 def parse_chat_request(body: bytes | str) -> ChatCompletionRequest:
@@ -259,7 +234,7 @@ def validate_chat_request(data: dict[str, Any]) -> ChatCompletionRequest:
     try:
         return ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
-        raise _to_tandem_error(exc) from None
+        raise validation_error(exc) from None
 
 
 def parse_completion_request(body: bytes | str) -> CompletionRequest:

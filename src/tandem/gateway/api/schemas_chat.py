@@ -3,7 +3,7 @@
 Unions are tagged by a callable discriminator so pydantic validates only the
 member the value's shape selects: an error then points at the real culprit
 (``messages.0.content.1.text``) instead of listing every union member. Tags start
-with ``~`` so :func:`tandem.gateway.api.schemas.error_param` can drop them from
+with ``~`` so :func:`tandem.gateway.api.validation_errors.error_param` can drop them from
 error locations.
 """
 

@@ -28,7 +28,6 @@ from pydantic import (
 
 from tandem.errors import make_error
 from tandem.gateway.api.generation import TokenId
-from tandem.gateway.api.schemas import _to_tandem_error
 from tandem.gateway.api.schemas_chat import (
     INVALID,
     STRICT_IGNORE_EXTRA,
@@ -37,6 +36,7 @@ from tandem.gateway.api.schemas_chat import (
     without_nulls,
 )
 from tandem.gateway.api.tools import MAX_TOOLS, Tool, template_tools, tool_mode
+from tandem.gateway.api.validation_errors import validation_error
 
 # vLLM's chat-form fields that would change the prompt in a way the gateway does not
 # reproduce: the model's own template renders every conversation, as on the chat route.
@@ -170,11 +170,11 @@ def parse_tokenize_request(body: bytes | str) -> TokenizeChatRequest | TokenizeP
     try:
         return _TOKENIZE.validate_json(body)
     except ValidationError as exc:
-        raise _to_tandem_error(exc) from None
+        raise validation_error(exc) from None
 
 
 def parse_detokenize_request(body: bytes | str) -> DetokenizeRequest:
     try:
         return DetokenizeRequest.model_validate_json(body)
     except ValidationError as exc:
-        raise _to_tandem_error(exc) from None
+        raise validation_error(exc) from None

@@ -67,7 +67,7 @@ def _choice_tag(value: Any) -> str | None:
     return "~named" if isinstance(value, dict | NamedToolChoice) else None
 
 
-# Tagged (tags start with "~" and drop out of error locations, api/schemas.py error_param).
+# Tagged: tags start with "~" and drop out of error locations (api/validation_errors.py).
 ToolChoice = Annotated[
     Annotated[Literal["none", "auto", "required"], Tag("~mode")]
     | Annotated[NamedToolChoice, Tag("~named")],

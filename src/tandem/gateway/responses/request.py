@@ -23,7 +23,6 @@ from pydantic_core import PydanticCustomError
 
 from tandem.errors import TandemError, make_error
 from tandem.gateway.api.generation import MAX_TOP_LOGPROBS, TokenCount
-from tandem.gateway.api.schemas import error_param
 from tandem.gateway.api.schemas_chat import (
     INVALID,
     STRICT_IGNORE_EXTRA,
@@ -31,6 +30,7 @@ from tandem.gateway.api.schemas_chat import (
     without_nulls,
 )
 from tandem.gateway.api.tools import MAX_TOOLS
+from tandem.gateway.api.validation_errors import validation_error
 from tandem.gateway.responses.input_models import InputItem, text_or_list
 
 # OpenAI's limits on metadata: 16 pairs, keys up to 64 characters, values up to 512.
@@ -233,26 +233,14 @@ def parse_responses_request(body: bytes | str) -> ResponsesRequest:
 
 
 def _to_error(exc: ValidationError) -> TandemError:
-    first = exc.errors(include_url=False, include_input=False)[0]
-    kind, msg = first["type"], first["msg"]
-    param = error_param(first["loc"])
-    if param is not None:
-        param = param.replace("schema_", "schema")
-    if kind == "json_invalid":
-        return make_error("invalid_request", "request body is not valid JSON")
-    if param is None and kind == "model_type":
-        return make_error("invalid_request", "request body must be a JSON object")
-    if kind == UNSUPPORTED_PART:
-        code = "unsupported_parameter" if param and param.startswith("tools") else None
-        return make_error(code or "unsupported_content_part", msg, param=param)
-    if kind == INVALID:
-        return make_error("invalid_request", msg, param=param)
-    if kind == "missing":
-        return make_error("invalid_request", f"'{param}' is required", param=param)
-    if param is not None and _refusable(param):
-        return make_error("unsupported_parameter", f"'{param}': {msg}", param=param)
-    where = f"'{param}'" if param else "request body"
-    return make_error("invalid_request", f"invalid {where}: {msg}", param=param)
+    return validation_error(
+        exc,
+        rename=lambda param: param.replace("schema_", "schema"),
+        unsupported=_refusable,
+        part_code=lambda param: (
+            "unsupported_parameter" if param.startswith("tools") else "unsupported_content_part"
+        ),
+    )
 
 
 # Fields whose only failure is a value Tandem does not honour (not a malformed one).
