@@ -13,7 +13,6 @@ event loop without holding the GIL (``gateway/tokenizing.py``). See docs/operati
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +23,7 @@ from starlette.routing import Route
 from tokenizers import Tokenizer
 
 from tandem.errors import TandemError, make_error
+from tandem.gateway.admission import PixelLease
 from tandem.gateway.api.responses import error_response, json_response
 from tandem.gateway.api.tokenize_schemas import (
     TokenizeChatRequest,
@@ -33,8 +33,10 @@ from tandem.gateway.api.tokenize_schemas import (
 )
 from tandem.gateway.inbound import HttpInbound
 from tandem.gateway.model import ModelHandle
+from tandem.gateway.multimodal.plan import MediaPlan
 from tandem.gateway.multimodal.process import process_images
 from tandem.gateway.multimodal.videos import process_videos
+from tandem.gateway.pipeline.gates import admit, media_in_time, served_model
 from tandem.gateway.pipeline.media import checked_media_plan
 from tandem.gateway.pipeline.prompt import check_takes_video, render_chat
 from tandem.gateway.pipeline.run import ClientGone
@@ -74,11 +76,12 @@ async def _answer(
     state: GatewayState, request: Request, work: Callable[[HttpInbound], Any]
 ) -> Response:
     slot = None
+    inbound = HttpInbound(request)
     try:
-        # A slot first, as for generation: a 2 MiB body tokenizes for seconds of CPU, and
+        # The generation routes' admission: a 2 MiB body tokenizes for seconds of CPU, and
         # --max-concurrent-requests is what bounds how many do at once.
-        slot = await state.admission.acquire(state.config.request_timeout_s)
-        answer = await work(HttpInbound(request))
+        slot = await admit(state, inbound)
+        answer = await work(inbound)
         if isinstance(answer, bytes):  # serialized off the event loop already
             return Response(answer, media_type="application/json")
         return json_response(answer)
@@ -94,20 +97,11 @@ async def _answer(
             slot.release()
 
 
-async def _served_model(state: GatewayState, name: str | None) -> ModelHandle:
-    model = await state.ensure_model()
-    if model is None:
-        raise make_error("no_available_workers", "no worker is registered yet")
-    if name is not None and name != model.model_id:
-        raise make_error("model_not_found", f"model {name!r} is not served here", param="model")
-    return model
-
-
 async def _tokenize(state: GatewayState, inbound: HttpInbound) -> dict[str, Any] | bytes:
     config = state.config
     raw = await inbound.read_body(config.max_payload_size)
     body = await parse_large_off_loop(raw, parse_tokenize_request)
-    model = await _served_model(state, body.model)
+    model = await served_model(state, body.model)
     if isinstance(body, TokenizePromptRequest):
         text = body.prompt
         ids = await off_loop_if(
@@ -195,40 +189,11 @@ async def expand_images(
     workers = state.registry.workers(model_id=model.model_id)
     plan = checked_media_plan(model, parts, ids, workers, config)
     info = model.info
-    timeout = config.request_timeout_s
     lease = state.pixel_budget.lease()
-    image_runs: list[list[int]] = []
-    video_runs: list[list[int]] = []
     try:
-        async with asyncio.timeout(timeout):
-            if plan.image_urls:
-                assert model.processor is not None  # checked_media_plan refused otherwise
-                processed = await process_images(
-                    plan,
-                    info,
-                    model.processor,
-                    config.media,
-                    lease=lease,
-                    pool=state.image_pool,
-                    cache=state.pixel_cache,
-                )
-                processed.pixel_values = None  # only the counts are needed
-                image_runs = [[info.image_token_id] * n for n in processed.tokens_per_image]
-            if plan.video_urls:
-                assert model.video_processor is not None
-                done = await process_videos(
-                    list(plan.video_urls),
-                    info,
-                    model.video_processor,
-                    config.media,
-                    model.encode,
-                    lease=lease,
-                )
-                video_runs = done.batch.replacements
-    except TimeoutError:
-        raise make_error(
-            "request_timeout", f"media not processed within --request-timeout-secs={timeout}"
-        ) from None
+        image_runs, video_runs = await media_in_time(
+            config.request_timeout_s, _media_runs(state, model, plan, lease)
+        )
     finally:
         lease.release()
     expanded, _, _ = expand_media(
@@ -237,10 +202,44 @@ async def expand_images(
     return expanded
 
 
+async def _media_runs(
+    state: GatewayState, model: ModelHandle, plan: MediaPlan, lease: PixelLease
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Each image's and video's token run, as the router path processes them."""
+    config, info = state.config, model.info
+    image_runs: list[list[int]] = []
+    video_runs: list[list[int]] = []
+    if plan.image_urls:
+        assert model.processor is not None  # checked_media_plan refused otherwise
+        processed = await process_images(
+            plan,
+            info,
+            model.processor,
+            config.media,
+            lease=lease,
+            pool=state.image_pool,
+            cache=state.pixel_cache,
+        )
+        processed.pixel_values = None  # only the counts are needed
+        image_runs = [[info.image_token_id] * n for n in processed.tokens_per_image]
+    if plan.video_urls:
+        assert model.video_processor is not None
+        done = await process_videos(
+            list(plan.video_urls),
+            info,
+            model.video_processor,
+            config.media,
+            model.encode,
+            lease=lease,
+        )
+        video_runs = done.batch.replacements
+    return image_runs, video_runs
+
+
 async def _detokenize(state: GatewayState, inbound: HttpInbound) -> dict[str, Any]:
     raw = await inbound.read_body(state.config.max_payload_size)
     body = await parse_large_off_loop(raw, parse_detokenize_request)
-    model = await _served_model(state, body.model)
+    model = await served_model(state, body.model)
     tokens = body.tokens
     text = await off_loop_if(
         len(tokens) > INLINE_TOKENS, lambda: _checked_decode(model.tokenizer, tokens)

@@ -190,6 +190,20 @@ async def test_no_model_yet_is_a_503(qwen_meta_dir: Path) -> None:
             assert (answer.status_code, code_of(answer)) == (503, "no_available_workers")
 
 
+async def test_the_generation_routes_admission_applies(qwen_meta_dir: Path) -> None:
+    """The chat route's gates (pipeline/gates.py): refused while draining, and a declared
+    body over the limit is refused before it is read or queued."""
+    state, _ = make_gateway(qwen_meta_dir, max_payload_size=1024)
+    async with client(state) as http:
+        big = await http.post("/tokenize", json={"prompt": "x" * 2000})
+        state.draining = True
+        for path, body in (("/tokenize", {"prompt": "x"}), ("/detokenize", {"tokens": [1]})):
+            answer = await http.post(path, json=body)
+            assert (answer.status_code, code_of(answer)) == (503, "shutting_down")
+    assert (big.status_code, code_of(big)) == (413, "payload_too_large")
+    assert state.admission.queued == 0 and state.admission.running == 0
+
+
 async def test_the_routes_need_an_api_key_with_or_without_v1(qwen_meta_dir: Path) -> None:
     state, _ = make_gateway(
         qwen_meta_dir,

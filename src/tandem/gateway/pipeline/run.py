@@ -31,11 +31,12 @@ from typing import Any, Protocol, TypeVar
 
 from tandem.errors import TandemError, make_error
 from tandem.gateway.access_log import RequestRecord
-from tandem.gateway.admission import PixelLease, Slot, rejected
+from tandem.gateway.admission import PixelLease, Slot
 from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.streams import OpenedStream
 from tandem.gateway.pipeline.events import AnswerEvent, AnswerMeta, Completion
+from tandem.gateway.pipeline.gates import admit, media_in_time, served_model
 from tandem.gateway.pipeline.media import prepare_media
 from tandem.gateway.pipeline.prompt import prepare_prompt
 from tandem.gateway.pipeline.respond import collect, stream_events
@@ -154,8 +155,7 @@ class Pipeline:
         held = _Held()
         ctx: RequestContext | None = None
         try:
-            self._admissible(inbound)
-            held.slot = await self.state.admission.acquire(self.config.request_timeout_s)
+            held.slot = await admit(self.state, inbound)
             raw = await inbound.read_body(self.config.max_payload_size)
             # A large body is counted, parsed and checked on the tokenizing pool.
             parsed = await parse_large_off_loop(raw, parse)
@@ -185,25 +185,11 @@ class Pipeline:
         assert ctx is not None
         return Completed(answer, _meta(ctx), record.request_id)
 
-    def _admissible(self, inbound: Inbound) -> None:
-        if self.state.draining:
-            raise rejected("shutting_down", "the gateway is shutting down", "shutting_down")
-        limit, declared = self.config.max_payload_size, inbound.declared_length
-        if declared is not None and declared > limit:
-            # Before the body is read or queued.
-            raise make_error("payload_too_large", f"request body is over {limit} bytes")
-
     async def _prepare(
         self, body: Body, route: Route, request_id: str, lease: PixelLease
     ) -> RequestContext:
         state = self.state
-        model = await state.ensure_model()
-        if model is None:
-            raise make_error("no_available_workers", "no worker is registered yet")
-        if body.model != model.model_id:
-            raise make_error(
-                "model_not_found", f"model {body.model!r} is not served here", param="model"
-            )
+        model = await served_model(state, body.model)
         ctx = RequestContext(route, request_id, body, model, body.sampling())
         await prepare_prompt(ctx)
         ctx.shaping = shaping_plan(ctx, self.config)
@@ -212,22 +198,18 @@ class Pipeline:
         if not ctx.media_urls:
             return ctx  # no media stage: no task or timer for a text request
         workers = state.registry.workers(model_id=model.model_id)
-        timeout = self.config.request_timeout_s
-        try:
-            async with asyncio.timeout(timeout):
-                await prepare_media(
-                    ctx,
-                    self.config,
-                    workers,
-                    lease,
-                    backend=state.backend,
-                    pool=self.state.image_pool,
-                    cache=self.state.pixel_cache,
-                )
-        except TimeoutError:
-            raise make_error(
-                "request_timeout", f"media not ready within --request-timeout-secs={timeout}"
-            ) from None
+        await media_in_time(
+            self.config.request_timeout_s,
+            prepare_media(
+                ctx,
+                self.config,
+                workers,
+                lease,
+                backend=state.backend,
+                pool=self.state.image_pool,
+                cache=self.state.pixel_cache,
+            ),
+        )
         return ctx
 
     async def _answer(self, ctx: RequestContext, held: _Held) -> Completion:
