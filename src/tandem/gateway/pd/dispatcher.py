@@ -1,4 +1,4 @@
-"""PD dispatch: choose a pair, run sequential or parallel dispatch, retry what may be retried.
+"""PD dispatch: choose a pair, let the backend open it, retry what may be retried.
 
 A retry is possible only while the original request is intact, that is when the
 prefill leg failed to start; once a prefill ran, its pixels are gone (they
