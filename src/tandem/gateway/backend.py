@@ -5,7 +5,7 @@ The pipeline builds one neutral :class:`~tandem.gateway.context.RequestContext`;
 :class:`Backend` turns it into that protocol's legs (``ctx.wire``), writes the media the
 media stage prepared into them, and runs a PD pair the way its protocol pairs legs. The
 dispatchers, the retry loop, selection, the media stage and the answer's collection use
-only this and ``backends/base.py``; a second protocol is a second folder beside ``vllm/``
+only this and ``workers/protocol.py``; a second protocol is a second folder beside ``vllm/``
 (docs/architecture.md, "Add a worker protocol").
 """
 
@@ -31,7 +31,7 @@ class Backend(Protocol):
 
     @property
     def sender(self) -> LegSender:
-        """How this protocol's legs reach its workers (``base.py``)."""
+        """How this protocol's legs reach its workers (``workers/protocol.py``)."""
         ...
 
     def build_request(self, ctx: RequestContext) -> None:

@@ -13,7 +13,7 @@ from typing import Literal, get_args
 MmProcessingMode = Literal["auto", "router", "worker"]
 # Where one request's images were processed: by the gateway, or by the workers (media_refs).
 MmPath = Literal["router", "worker"]
-# --multimodal-tensor-transport: how a leg's tensors reach a worker (gateway/workers/
+# --multimodal-tensor-transport: how a leg's tensors reach a worker (gateway/backends/vllm/
 # tensor_transport.py): in the message, or as same-host shared memory.
 TensorTransportMode = Literal["inline", "shm", "auto"]
 # --pd-dispatch: prefill then decode, or both legs at once.
