@@ -29,6 +29,7 @@ from tandem.gateway.inbound import HttpInbound
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.openapi import openapi_document
 from tandem.gateway.pipeline.events import AnswerEvent, AnswerMeta, Completion
+from tandem.gateway.pipeline.generation_request import GenerationRequest
 from tandem.gateway.pipeline.run import (
     Answered,
     Completed,
@@ -58,11 +59,12 @@ def build_app(state: GatewayState) -> Starlette:
     pipeline = Pipeline(state)
 
     async def chat(request: Request) -> Response | ReleaseAfter:
-        outcome = await pipeline.run(HttpInbound(request), "chat", parse_chat_request)
+        outcome = await pipeline.run(HttpInbound(request), "chat", _chat_generation)
         return render(in_dialect(outcome, chat_answer, chat_chunks))
 
     async def completions(request: Request) -> Response | ReleaseAfter:
-        outcome = await pipeline.run(HttpInbound(request), "completions", parse_completion_request)
+        inbound = HttpInbound(request)
+        outcome = await pipeline.run(inbound, "completions", _completion_generation)
         return render(in_dialect(outcome, completion_answer, completion_chunks))
 
     responses = ResponsesService(state, pipeline)
@@ -140,6 +142,14 @@ def build_app(state: GatewayState) -> Starlette:
         exception_handlers={404: not_found, TandemError: coded},
         middleware=access_middleware(state.config),  # API keys: gateway/auth.py
     )
+
+
+def _chat_generation(body: bytes) -> GenerationRequest:
+    return parse_chat_request(body).generation()
+
+
+def _completion_generation(body: bytes) -> GenerationRequest:
+    return parse_completion_request(body).generation()
 
 
 def model_card(model: ModelHandle) -> dict[str, Any]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from tandem.gateway.api.responses import Usage
-from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest, SamplingSummary
 from tandem.gateway.model import ModelHandle
+from tandem.gateway.pipeline.events import Usage
+from tandem.gateway.pipeline.generation_request import GenerationRequest, SamplingSummary
 from tandem.gateway.pipeline.shaping_plan import ShapingPlan
 from tandem.gateway.types import MmPath, Route
 from tandem.gateway.workers.protocol import Leg
@@ -16,13 +16,14 @@ from tandem.wire.pixels import PixelPayload
 
 @dataclass(slots=True)
 class RequestContext:
-    """Immutable input (route, body, model) plus what the stages fill in, in order."""
+    """The input (route, the endpoint's request converted, model) plus what the stages fill
+    in, in order. ``request`` is replaced, never changed, by a stage that refines it (the
+    answer-or-calls constraint, ``pipeline/answer_or_calls.py``)."""
 
     route: Route
     request_id: str
-    body: ChatCompletionRequest | CompletionRequest
+    request: GenerationRequest
     model: ModelHandle
-    sampling: SamplingSummary
     arrived: float = field(default_factory=time.perf_counter)
     # prompt stage
     prompt_text: str = ""
@@ -53,13 +54,17 @@ class RequestContext:
     usage: Usage | None = None
 
     @property
+    def sampling(self) -> SamplingSummary:
+        return self.request.sampling
+
+    @property
     def stream(self) -> bool:
-        return bool(self.body.stream)
+        return self.request.stream
 
     @property
     def is_chat(self) -> bool:
-        """A chat request (also the Responses API's): chat-shaped frames and answers."""
-        return isinstance(self.body, ChatCompletionRequest)
+        """A conversation (chat, the Responses API): chat-shaped frames and answers."""
+        return self.request.chat
 
     @property
     def n(self) -> int:

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
@@ -15,7 +14,8 @@ from pydantic_core import PydanticCustomError
 from tandem.ascii_int import ascii_int
 from tandem.errors import make_error
 from tandem.gateway.api.schemas_chat import INVALID, STRICT_IGNORE_EXTRA, without_nulls
-from tandem.gateway.api.structured import Constraint, request_constraint
+from tandem.gateway.api.structured import request_constraint
+from tandem.gateway.pipeline.generation_request import Constraint, SamplingSummary
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 # Token counts and ids travel as uint32 on the wire: a larger value must be a 400 here,
@@ -40,35 +40,6 @@ MAX_COMPLETION_LOGPROBS = 5
 TokenId = Annotated[int, Field(ge=0, le=INT32_MAX)]
 TokenCount = Annotated[int, Field(ge=1, le=UINT32_MAX)]
 StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
-
-
-@dataclass(frozen=True, slots=True)
-class SamplingSummary:
-    """Resolved sampling parameters; ``None`` means "unset: the worker's default"."""
-
-    n: int
-    max_tokens: int | None
-    temperature: float | None
-    top_p: float
-    top_k: int  # 0 = off (the wire's uint32 cannot carry -1)
-    min_p: float
-    seed: int | None
-    stop: tuple[str, ...]
-    stop_token_ids: tuple[int, ...]
-    ignore_eos: bool
-    min_tokens: int
-    frequency_penalty: float
-    presence_penalty: float
-    repetition_penalty: float
-    skip_special_tokens: bool
-    logit_bias: tuple[tuple[int, float], ...] = ()
-    # Top alternatives per output token when logprobs are asked for (0: the token's own only).
-    logprobs: int | None = None
-    constraint: Constraint | None = None
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
 
 
 class StreamOptions(BaseModel):

@@ -16,6 +16,7 @@ from typing import Any
 from starlette.responses import Response
 
 from tandem.errors import TandemError, openai_error_body
+from tandem.gateway.pipeline.events import Usage
 
 CHAT_OBJECT = "chat.completion"
 CHAT_CHUNK_OBJECT = "chat.completion.chunk"
@@ -46,19 +47,14 @@ def now() -> int:
     return int(time.time())
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "total_tokens": self.prompt_tokens + self.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
-        }
+def usage_dict(usage: Usage) -> dict[str, Any]:
+    """OpenAI's usage object."""
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +99,7 @@ def chat_completion(
             }
             for c in choices
         ],
-        "usage": usage.to_dict(),
+        "usage": usage_dict(usage),
     }
 
 
@@ -124,7 +120,7 @@ def text_completion(
             }
             for c in choices
         ],
-        "usage": usage.to_dict(),
+        "usage": usage_dict(usage),
     }
 
 
@@ -157,7 +153,7 @@ class _ChunkBuilder:
     def usage(self, usage: Usage) -> dict[str, Any]:
         """The usage-only chunk sent last (after every choice finished) with include_usage."""
         chunk = self._chunk([])
-        chunk["usage"] = usage.to_dict()
+        chunk["usage"] = usage_dict(usage)
         return chunk
 
 

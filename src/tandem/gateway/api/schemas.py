@@ -31,7 +31,6 @@ from tandem.gateway.api.generation import (
     MAX_STOP_TOKEN_IDS,
     MAX_TOP_LOGPROBS,
     GenerationParams,
-    SamplingSummary,
     TokenCount,
     TokenId,
 )
@@ -41,24 +40,30 @@ from tandem.gateway.api.schemas_chat import (
 )
 from tandem.gateway.api.tools import (
     MAX_TOOLS,
+    NO_PARAMETERS,
     Tool,
     ToolChoice,
-    ToolMode,
     template_tools,
     tool_constraint,
     tool_mode,
 )
 from tandem.gateway.api.unhonoured import refuse_unhonoured
 from tandem.gateway.api.validation_errors import error_param, validation_error
+from tandem.gateway.pipeline.generation_request import (
+    ChatPrompt,
+    GenerationRequest,
+    ToolMode,
+    Tools,
+    ToolSpec,
+)
 
-# Re-exported: callers and tests read the limits and the summary from here.
+# Re-exported: callers and tests read the limits from here.
 __all__ = [
     "DEFAULT_COMPLETION_MAX_TOKENS",
     "MAX_STOP_CHARS",
     "MAX_STOP_TOKEN_IDS",
     "ChatCompletionRequest",
     "CompletionRequest",
-    "SamplingSummary",
     "error_param",
     "parse_chat_request",
     "parse_completion_request",
@@ -144,6 +149,23 @@ class ChatCompletionRequest(GenerationParams):
     def template_messages(self) -> list[dict[str, Any]]:
         return [message.template_dict() for message in self.messages]
 
+    def generation(self) -> GenerationRequest:
+        """The pipeline's request (``pipeline/generation_request.py``)."""
+        prompt = ChatPrompt(self.template_messages(), self.template_tools(), self.media_parts())
+        specs = tuple(
+            ToolSpec(t.function.name, t.function.parameters or NO_PARAMETERS)
+            for t in self.tools or ()
+        )
+        return GenerationRequest(
+            self.model,
+            prompt,
+            self.sampling(),
+            bool(self.stream),
+            self.include_usage,
+            Tools(self._tool_mode, specs),
+            self.output_limit_param(),
+        )
+
 
 def _prompt_tag(value: Any) -> str | None:
     if isinstance(value, str):
@@ -212,6 +234,13 @@ class CompletionRequest(GenerationParams):
 
     def wire_logprobs(self) -> int | None:
         return self.logprobs
+
+    def generation(self) -> GenerationRequest:
+        """The pipeline's request (``pipeline/generation_request.py``)."""
+        prompt = self.prompt if isinstance(self.prompt, str) else list(self.prompt)
+        return GenerationRequest(
+            self.model, prompt, self.sampling(), bool(self.stream), self.include_usage
+        )
 
 
 _Model = TypeVar("_Model", bound=BaseModel)

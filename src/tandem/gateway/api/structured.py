@@ -17,19 +17,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import jsonschema_rs
 
 from tandem.errors import TandemError, make_error
+from tandem.gateway.pipeline.generation_request import Constraint, ConstraintKind
 from tandem.gateway.tokenizing import more_text_than
-
-# structural_tag is never a request's own (response_format's is refused): the gateway builds
-# one for tool_choice auto beside a response_format (gateway/tools/union.py).
-ConstraintKind = Literal[
-    "json_schema", "regex", "grammar", "json_object", "choice", "structural_tag"
-]
 
 # structured_outputs keys that carry the constraint itself, and what they become.
 _STRUCTURED_KINDS: dict[str, ConstraintKind] = {
@@ -53,16 +47,6 @@ MAX_CHOICES = 1024
 # json.dumps), and compiling it on a worker costs far more; OpenAI's own limits are far
 # lower (docs/operations.md, "Limits").
 MAX_CONSTRAINT_CHARS = 512 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Constraint:
-    """One output constraint; ``param`` names the request field it came from."""
-
-    kind: ConstraintKind
-    # JSON schema text, regex or grammar; the choices; None for json_object.
-    value: str | tuple[str, ...] | None
-    param: str
 
 
 def _invalid(message: str, param: str) -> TandemError:

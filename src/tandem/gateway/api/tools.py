@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import jsonschema_rs
@@ -23,13 +22,12 @@ from pydantic import BaseModel, Discriminator, Field, Tag
 from tandem.errors import TandemError, make_error
 from tandem.gateway.api.schema_defs import hoist_definitions
 from tandem.gateway.api.schemas_chat import INVALID, STRICT_IGNORE_EXTRA
-from tandem.gateway.api.structured import Constraint, check_constraint_size
+from tandem.gateway.api.structured import check_constraint_size
+from tandem.gateway.pipeline.generation_request import Constraint, ToolMode
 
 MAX_TOOLS = 128
 # Arguments of a function that declares no parameters: an empty object, nothing else.
 NO_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
-
-ToolChoiceKind = Literal["none", "auto", "required", "named"]
 
 
 class FunctionDefinition(BaseModel):
@@ -80,19 +78,6 @@ ToolChoice = Annotated[
         ),
     ),
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ToolMode:
-    """How one request treats its tools; ``name`` is set for a named choice."""
-
-    kind: ToolChoiceKind
-    name: str | None = None
-    parallel: bool = True
-
-    @property
-    def forced(self) -> bool:
-        return self.kind in ("required", "named")
 
 
 def tool_mode(tools: list[Tool] | None, choice: ToolChoice | None, parallel: bool) -> ToolMode:

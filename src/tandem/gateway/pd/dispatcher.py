@@ -123,6 +123,6 @@ class PDDispatcher:
 
     @staticmethod
     def _sub_context(ctx: RequestContext, request_id: str, leg: Leg) -> RequestContext:
-        sub = RequestContext(ctx.route, request_id, ctx.body, ctx.model, ctx.sampling)
+        sub = RequestContext(ctx.route, request_id, ctx.request, ctx.model)
         sub.wire = leg
         return sub

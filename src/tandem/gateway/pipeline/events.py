@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tandem.gateway.api.responses import Usage
 from tandem.gateway.logprobs import LogprobEntry, TokenStrings
 from tandem.gateway.tools.calls import ToolCall
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens in and out; ``cached_tokens``: the prompt's tokens a prefix cache served."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,24 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from tandem.errors import TandemError, make_error
-from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from tandem.gateway.context import RequestContext
 from tandem.gateway.model import ModelHandle
+from tandem.gateway.pipeline.generation_request import ChatPrompt, GenerationRequest
 from tandem.gateway.tokenizing import INLINE_CHARS, TooManyTokens, more_text_than, off_loop_if
 from tandem.models.chat import ChatTemplateError
 
 
 async def prepare_prompt(ctx: RequestContext) -> None:
     """:func:`build_prompt`, off the event loop when the text to render is long."""
-    await off_loop_if(long_prompt(ctx.body), lambda: build_prompt(ctx))
+    await off_loop_if(long_prompt(ctx.request), lambda: build_prompt(ctx))
 
 
-def long_prompt(body: ChatCompletionRequest | CompletionRequest) -> bool:
+def long_prompt(request: GenerationRequest) -> bool:
     """Whether rendering and tokenizing should leave the event loop: every string the
     template renders counts (tool-call arguments, tool definitions, reasoning…)."""
-    if isinstance(body, ChatCompletionRequest):
-        return more_text_than([body.template_messages(), body.template_tools()])
-    return len(body.prompt) > INLINE_CHARS
+    prompt = request.prompt
+    if isinstance(prompt, ChatPrompt):
+        return more_text_than([prompt.messages, prompt.template_tools])
+    return len(prompt) > INLINE_CHARS
 
 
 def render_chat(
@@ -73,36 +74,36 @@ def _over_context(count: int, limit: int) -> TandemError:
 
 def _build_prompt(ctx: RequestContext) -> None:
     model = ctx.model
-    body = ctx.body
+    request = ctx.request
+    prompt = request.prompt
     # A prompt of the whole context or more is refused below; its count is enough for that.
     at_most = model.info.max_context - 1 if model.info.max_context else None
-    if isinstance(body, ChatCompletionRequest):
-        parts = body.media_parts()
-        ctx.media_kinds = [kind for kind, _ in parts]
-        ctx.media_urls = [url for _, url in parts]
+    if isinstance(prompt, ChatPrompt):
+        ctx.media_kinds = [kind for kind, _ in prompt.media]
+        ctx.media_urls = [url for _, url in prompt.media]
         if "video" in ctx.media_kinds:
             check_takes_video(model)  # before the template, which may not know video parts
-        ctx.prompt_text = render_chat(model, body.template_messages(), body.template_tools())
+        ctx.prompt_text = render_chat(model, prompt.messages, prompt.template_tools)
         ctx.prompt_ids = model.encode(ctx.prompt_text, at_most)
-    elif isinstance(body.prompt, str):
-        ctx.prompt_text = body.prompt
-        ctx.prompt_ids = model.encode(body.prompt, at_most)
+    elif isinstance(prompt, str):
+        ctx.prompt_text = prompt
+        ctx.prompt_ids = model.encode(prompt, at_most)
     else:
         vocab = model.info.vocab_size
-        bad = [t for t in body.prompt if not 0 <= t < vocab]
+        bad = [t for t in prompt if not 0 <= t < vocab]
         if bad:
             raise make_error(
                 "invalid_request",
                 f"prompt token ids {bad[:5]} are outside the vocabulary",
                 param="prompt",
             )
-        ctx.prompt_ids = list(body.prompt)
+        ctx.prompt_ids = list(prompt)
     if not ctx.prompt_ids:
         raise make_error("invalid_request", "the prompt is empty", param="messages")
     limit = model.info.max_context
     if limit and len(ctx.prompt_ids) >= limit:
         raise _over_context(len(ctx.prompt_ids), limit)
-    wanted = body.output_limit()
+    wanted = request.sampling.max_tokens
     if limit and wanted is not None and len(ctx.prompt_ids) + wanted > limit:
         # Refused as vLLM and OpenAI do, rather than clamped: the client asked for more
         # than can ever come (images, expanded later, only make the prompt longer).
@@ -110,5 +111,5 @@ def _build_prompt(ctx: RequestContext) -> None:
             "invalid_request",
             f"the prompt's {len(ctx.prompt_ids)} tokens and the {wanted} output tokens asked "
             f"for exceed the model's context of {limit} tokens",
-            param=body.output_limit_param(),
+            param=request.output_limit_param,
         )

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tandem.gateway import metrics
-from tandem.gateway.api.responses import Usage
 from tandem.gateway.backends.frames import Frame
 from tandem.gateway.context import RequestContext
 from tandem.gateway.detokenize import IncrementalDetokenizer
@@ -31,6 +30,7 @@ from tandem.gateway.pipeline.events import (
     FinishedChoice,
     ReasoningDelta,
     TextDelta,
+    Usage,
 )
 from tandem.gateway.pipeline.shaping_plan import ChoiceStreamer
 from tandem.gateway.stops import StopMatcher

@@ -32,25 +32,25 @@ from typing import Any, Protocol, TypeVar
 from tandem.errors import TandemError, make_error
 from tandem.gateway.access_log import RequestRecord
 from tandem.gateway.admission import PixelLease, Slot
-from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.streams import OpenedStream
+from tandem.gateway.pipeline.answer_or_calls import with_answer_or_calls
 from tandem.gateway.pipeline.events import AnswerEvent, AnswerMeta, Completion
 from tandem.gateway.pipeline.gates import admit, media_in_time, served_model
+from tandem.gateway.pipeline.generation_request import GenerationRequest
 from tandem.gateway.pipeline.media import prepare_media
 from tandem.gateway.pipeline.prompt import prepare_prompt
 from tandem.gateway.pipeline.respond import collect, stream_events
 from tandem.gateway.pipeline.shaping import shaping_plan
 from tandem.gateway.state import GatewayState
 from tandem.gateway.tokenizing import parse_large_off_loop
-from tandem.gateway.tools.union import with_answer_or_calls
 from tandem.gateway.types import Route
 
 log = logging.getLogger("tandem.gateway")
 T = TypeVar("T")
-Body = ChatCompletionRequest | CompletionRequest
-# The route's parser; the Responses API's is a coroutine (it reads stored turns).
-Parser = Callable[[bytes], Body | Awaitable[Body]]
+# The route's parser: its body validated by its schema and converted; the Responses API's
+# is a coroutine (it reads stored turns).
+Parser = Callable[[bytes], GenerationRequest | Awaitable[GenerationRequest]]
 
 
 class ClientGone(Exception):
@@ -159,11 +159,11 @@ class Pipeline:
             raw = await inbound.read_body(self.config.max_payload_size)
             # A large body is counted, parsed and checked on the tokenizing pool.
             parsed = await parse_large_off_loop(raw, parse)
-            body = await parsed if inspect.isawaitable(parsed) else parsed
+            request = await parsed if inspect.isawaitable(parsed) else parsed
             # Charged by the media stage before any image is decoded, then holding only the
             # pixel tensor until it is sent (docs/operations.md, "Memory bounds for images").
             held.lease = self.state.pixel_budget.lease()
-            ctx = await self._prepare(body, route, record.request_id, held.lease)
+            ctx = await self._prepare(request, route, record.request_id, held.lease)
             if ctx.stream:
                 return await self._streaming(inbound, ctx, record, held)
             answer = await inbound.until_disconnect(self._answer(ctx, held))
@@ -186,11 +186,11 @@ class Pipeline:
         return Completed(answer, _meta(ctx), record.request_id)
 
     async def _prepare(
-        self, body: Body, route: Route, request_id: str, lease: PixelLease
+        self, request: GenerationRequest, route: Route, request_id: str, lease: PixelLease
     ) -> RequestContext:
         state = self.state
-        model = await served_model(state, body.model)
-        ctx = RequestContext(route, request_id, body, model, body.sampling())
+        model = await served_model(state, request.model)
+        ctx = RequestContext(route, request_id, request, model)
         await prepare_prompt(ctx)
         ctx.shaping = shaping_plan(ctx, self.config)
         with_answer_or_calls(ctx)  # tool_choice auto beside a response_format
@@ -277,9 +277,8 @@ class Pipeline:
 
 
 def _meta(ctx: RequestContext) -> AnswerMeta:
-    body = ctx.body
-    strings = ctx.model.token_strings
-    return AnswerMeta(body.model, ctx.n, body.include_usage, ctx.sampling.logprobs, strings)
+    request, strings = ctx.request, ctx.model.token_strings
+    return AnswerMeta(request.model, ctx.n, request.include_usage, ctx.sampling.logprobs, strings)
 
 
 def _name_constraint(err: TandemError, ctx: RequestContext | None) -> None:

@@ -12,7 +12,6 @@ at the first token. Malformed output degrades to content.
 from __future__ import annotations
 
 from tandem.errors import make_error
-from tandem.gateway.api.schemas import ChatCompletionRequest
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
 from tandem.gateway.pipeline.shaping_plan import ShapingPlan
@@ -32,16 +31,16 @@ def shaping_plan(ctx: RequestContext, config: GatewayConfig) -> ShapingPlan | No
 
     Built before anything is sent: ``tool_choice: auto`` without a parser is a 400 then.
     """
-    body = ctx.body
-    if not isinstance(body, ChatCompletionRequest):
+    request = ctx.request
+    if not request.chat:
         return None
-    mode = body.tool_mode
+    mode = request.tools.mode
     # A JSON constraint (response_format, structured_outputs.json, guided_json) holds
     # decoding to JSON from the first token, so the model never writes its reasoning
     # markers: the whole answer is content, as for a forced call. Parsing it for reasoning
     # once returned the JSON as reasoning_content and an empty answer. A regex, grammar or
     # choice may spell the markers out itself, so its answer is still parsed.
-    constraint = body.constraint
+    constraint = request.sampling.constraint
     json_only = constraint is not None and constraint.kind in ("json_schema", "json_object")
     reasoning = None
     if config.reasoning_parser and not json_only:

@@ -97,7 +97,7 @@ class ShapingPlan:
     named: bool = False
     # How a cut-off answer is read, where that differs (a forced call keeps its partial args).
     parse_cut: Callable[[str], tuple[str, list[ToolCall]]] | None = None
-    # tool_choice auto: the parser reading the calls (its call syntax, tools/union.py).
+    # tool_choice auto: the parser reading the calls (its call syntax, pipeline/answer_or_calls.py).
     tool_format: str | None = None
 
     def finish_reason(self, reason: str, called: bool) -> str:

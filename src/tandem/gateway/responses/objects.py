@@ -13,7 +13,7 @@ from typing import Any
 
 from tandem.errors import TandemError
 from tandem.gateway.logprobs import TokenStrings, chat_content
-from tandem.gateway.pipeline.events import Completion
+from tandem.gateway.pipeline.events import Completion, Usage
 from tandem.gateway.responses.items import new_item_id
 from tandem.gateway.responses.request import NamedFunction, ResponsesRequest
 
@@ -81,7 +81,7 @@ class Answer:
     calls: list[tuple[str, str, str]] = field(default_factory=list)  # (call id, name, args)
     logprobs: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
+    usage: Usage | None = None
 
     @classmethod
     def from_completion(cls, completion: Completion, strings: TokenStrings) -> Answer:
@@ -95,7 +95,7 @@ class Answer:
             calls,
             logprobs,
             choice.finish_reason,
-            completion.usage.to_dict(),
+            completion.usage,
         )
 
 
@@ -144,18 +144,17 @@ def output_items(answer: Answer) -> list[dict[str, Any]]:
     return items
 
 
-def usage(chat_usage: dict[str, Any] | None, reasoning: str | None, count: CountTokens) -> Any:
-    """Chat usage in the Responses shape; reasoning tokens counted from its text."""
-    if chat_usage is None:
+def usage(tokens: Usage | None, reasoning: str | None, count: CountTokens) -> Any:
+    """The Responses API's usage object; reasoning tokens counted from its text."""
+    if tokens is None:
         return None
-    details = chat_usage.get("prompt_tokens_details") or {}
     reasoning_tokens = count(reasoning) if reasoning else 0
     return {
-        "input_tokens": chat_usage["prompt_tokens"],
-        "input_tokens_details": {"cached_tokens": details.get("cached_tokens", 0)},
-        "output_tokens": chat_usage["completion_tokens"],
+        "input_tokens": tokens.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": tokens.cached_tokens},
+        "output_tokens": tokens.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-        "total_tokens": chat_usage["total_tokens"],
+        "total_tokens": tokens.prompt_tokens + tokens.completion_tokens,
     }
 
 

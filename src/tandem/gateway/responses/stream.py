@@ -87,7 +87,7 @@ class EventWriter:
     def push(self, event: AnswerEvent) -> list[dict[str, Any]]:
         """The Responses events of one answer event."""
         if isinstance(event, AnswerUsage):
-            self.answer.usage = event.usage.to_dict()
+            self.answer.usage = event.usage
         elif isinstance(event, ReasoningDelta):
             if event.text:
                 self.pending = []

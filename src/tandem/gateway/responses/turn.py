@@ -2,8 +2,9 @@
 
 :meth:`Turn.parse` is the pipeline's parser for this route (``pipeline/run.py``): it reads
 the Responses body, loads the earlier turns named by ``previous_response_id`` from the
-history store, and returns the chat request the pipeline serves — so PD, both media paths,
-structured outputs and tools behave exactly as on ``/v1/chat/completions``.
+history store, and returns the chat request's conversion (``pipeline/generation_request.py``)
+for the pipeline to serve — so PD, both media paths, structured outputs and tools behave
+exactly as on ``/v1/chat/completions``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import uuid
 from typing import Any
 
 from tandem.errors import TandemError, make_error
-from tandem.gateway.api.schemas import ChatCompletionRequest, validate_chat_request
+from tandem.gateway.api.schemas import validate_chat_request
 from tandem.gateway.history.codec import encoded
 from tandem.gateway.history.store import (
     NO_TENANT,
@@ -25,6 +26,7 @@ from tandem.gateway.history.store import (
     ResponseStore,
     StoredResponse,
 )
+from tandem.gateway.pipeline.generation_request import GenerationRequest
 from tandem.gateway.responses.items import chat_messages, input_items
 from tandem.gateway.responses.objects import ResponseHeader
 from tandem.gateway.responses.request import NamedFunction, parse_responses_request
@@ -60,7 +62,7 @@ class Turn:
     def stores(self) -> bool:
         return self.header is not None and self.header.stored
 
-    async def parse(self, body: bytes) -> ChatCompletionRequest:
+    async def parse(self, body: bytes) -> GenerationRequest:
         request = parse_responses_request(body)
         stored = request.store and self.store is not None
         if request.store and self.store is None and "store" in request.model_fields_set:
@@ -93,7 +95,7 @@ class Turn:
         chat = self._chat_fields(request.model_extra or {})
         chat.update(_chat_request(request, messages))
         try:
-            return validate_chat_request(chat)
+            return validate_chat_request(chat).generation()
         except TandemError as err:
             err.param = responses_param(err.param)
             raise

@@ -137,7 +137,7 @@ def assert_client_error(err: TandemError) -> None:
 
 def through_the_stages(parsed: Any, model: ModelHandle, route: str) -> None:
     """Render, tokenize and build the wire request: ok, or a 400."""
-    ctx = RequestContext(route, "tandem-fuzz", parsed, model, parsed.sampling())
+    ctx = RequestContext(route, "tandem-fuzz", parsed.generation(), model)
     try:
         build_prompt(ctx)
     except TandemError as err:

@@ -12,13 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tandem.errors import BadRequest, TandemError
-from tandem.gateway.api.responses import ChoiceOutput, Usage, chat_completion, text_completion
+from tandem.gateway.api.responses import ChoiceOutput, chat_completion, text_completion
 from tandem.gateway.api.schemas import (
     DEFAULT_COMPLETION_MAX_TOKENS,
     ChatCompletionRequest,
     parse_chat_request,
     parse_completion_request,
 )
+from tandem.gateway.pipeline.events import Usage
 
 USER_HI = [{"role": "user", "content": "hi"}]
 

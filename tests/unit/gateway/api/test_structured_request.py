@@ -9,8 +9,8 @@ import pytest
 
 from tandem.errors import TandemError
 from tandem.gateway.api.schemas import parse_chat_request, parse_completion_request
-from tandem.gateway.api.structured import Constraint
 from tandem.gateway.backends.vllm.request import set_constraint
+from tandem.gateway.pipeline.generation_request import Constraint
 from tandem.wire.proto import pb
 
 MESSAGES = [{"role": "user", "content": "Describe it."}]

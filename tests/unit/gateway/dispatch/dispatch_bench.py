@@ -76,7 +76,7 @@ class Bench:
     ) -> RequestContext:
         """A chat request through the real prompt, wire-request and media stages."""
         parsed = ChatCompletionRequest.model_validate(chat_body(images, **body))
-        ctx = RequestContext("chat", request_id, parsed, self.model, parsed.sampling())
+        ctx = RequestContext("chat", request_id, parsed.generation(), self.model)
         await prepare_prompt(ctx)
         self.state.backend.build_request(ctx)
         workers = self.registry.workers(model_id=self.model.model_id)

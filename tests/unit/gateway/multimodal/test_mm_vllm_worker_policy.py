@@ -81,7 +81,7 @@ def context(handle: ModelHandle, urls: list[str], text: str = "What is this?") -
     body = ChatCompletionRequest.model_validate(
         {"model": "tiny-qwen3-vl", "messages": [{"role": "user", "content": parts}]}
     )
-    ctx = RequestContext("chat", "req-1", body, handle, body.sampling())
+    ctx = RequestContext("chat", "req-1", body.generation(), handle)
     build_prompt(ctx)
     BACKEND.build_request(ctx)
     return ctx

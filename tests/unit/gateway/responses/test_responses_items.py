@@ -9,6 +9,7 @@ import pytest
 
 from tandem.errors import TandemError
 from tandem.gateway.history.store import HistoryLimits, StoredResponse
+from tandem.gateway.pipeline.generation_request import ChatPrompt
 from tandem.gateway.responses.items import chat_messages, input_items
 from tandem.gateway.responses.request import parse_responses_request
 from tandem.gateway.responses.turn import Turn, responses_param
@@ -103,8 +104,9 @@ async def test_earlier_turns_come_first_and_instructions_lead() -> None:
         "previous_response_id": "resp_1",
         "instructions": "Be kind.",
     }
-    chat = await turn.parse(json.dumps(body).encode())
-    roles = [(m.role, m.content) for m in chat.messages]
+    request = await turn.parse(json.dumps(body).encode())
+    assert isinstance(request.prompt, ChatPrompt)  # the chat form, converted
+    roles = [(m["role"], m["content"]) for m in request.prompt.messages]
     assert roles == [
         ("system", "Be kind."),
         ("user", "first"),

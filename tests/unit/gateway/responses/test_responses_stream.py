@@ -17,7 +17,6 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
 from tandem.errors import make_error
-from tandem.gateway.api.responses import Usage
 from tandem.gateway.logprobs import LogprobEntry, TokenStrings
 from tandem.gateway.pipeline.events import (
     AnswerEvent,
@@ -27,6 +26,7 @@ from tandem.gateway.pipeline.events import (
     ChoiceFinished,
     ReasoningDelta,
     TextDelta,
+    Usage,
 )
 from tandem.gateway.responses.objects import Answer, ResponseHeader, output_items
 from tandem.gateway.responses.request import parse_responses_request

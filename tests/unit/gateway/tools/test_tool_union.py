@@ -17,9 +17,9 @@ import pytest
 from tandem.engine.structured import StructuredCompiler
 from tandem.engine.structured_spec import Constraint as EngineConstraint
 from tandem.gateway.api.schemas import ChatCompletionRequest, parse_chat_request
-from tandem.gateway.api.structured import Constraint
+from tandem.gateway.pipeline.answer_or_calls import answer_or_calls
+from tandem.gateway.pipeline.generation_request import Constraint
 from tandem.gateway.tools import tool_parser
-from tandem.gateway.tools.union import answer_or_calls
 
 STOP = 258  # tiny-qwen3-vl's <|im_end|>
 PLACE = {
@@ -52,11 +52,11 @@ def chat(**fields: Any) -> ChatCompletionRequest:
 
 
 def union(parser: str, **fields: Any) -> Constraint | None:
-    request = chat(tools=TOOLS, **fields)
-    answer = request.sampling().constraint
+    request = chat(tools=TOOLS, **fields).generation()
+    answer = request.sampling.constraint
     assert answer is not None
-    assert request.tools is not None
-    return answer_or_calls(request.tools, request.tool_mode, answer, parser)
+    assert request.tools.specs
+    return answer_or_calls(request.tools.specs, request.tools.mode, answer, parser)
 
 
 @pytest.fixture(scope="module")
@@ -132,10 +132,10 @@ def test_json_union_writes_calls_as_the_json_parser_reads_them(
     ],
 )
 def test_only_auto_beside_a_json_response_format_gets_the_union(fields: dict[str, Any]) -> None:
-    request = chat(tools=TOOLS, **fields)
-    answer = request.sampling().constraint
-    assert answer is not None and request.tools is not None
-    assert answer_or_calls(request.tools, request.tool_mode, answer, "hermes") is None
+    request = chat(tools=TOOLS, **fields).generation()
+    answer = request.sampling.constraint
+    assert answer is not None and request.tools.specs
+    assert answer_or_calls(request.tools.specs, request.tools.mode, answer, "hermes") is None
 
 
 def test_a_parser_whose_syntax_is_unknown_keeps_the_format() -> None:

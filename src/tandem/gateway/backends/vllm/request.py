@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tandem.errors import make_error
-from tandem.gateway.api.structured import Constraint
 from tandem.gateway.context import RequestContext
+from tandem.gateway.pipeline.generation_request import Constraint
 from tandem.wire.proto import GenerateRequest, pb
 
 

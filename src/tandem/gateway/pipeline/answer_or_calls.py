@@ -22,10 +22,8 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from tandem.gateway.api.schemas import ChatCompletionRequest
-from tandem.gateway.api.structured import Constraint
-from tandem.gateway.api.tools import NO_PARAMETERS, Tool, ToolMode
 from tandem.gateway.context import RequestContext
+from tandem.gateway.pipeline.generation_request import Constraint, ToolMode, ToolSpec
 
 # Each parser's call syntax: the text before the arguments object (with the name), the text
 # after it, and what separates two calls. Hermes is Qwen's ``<tool_call>`` block, as the
@@ -39,7 +37,7 @@ MAX_WHITESPACE = 1
 
 
 def answer_or_calls(
-    tools: list[Tool], mode: ToolMode, answer: Constraint, parser: str
+    tools: tuple[ToolSpec, ...], mode: ToolMode, answer: Constraint, parser: str
 ) -> Constraint | None:
     """The union constraint for ``auto`` tools beside a response-format ``answer``; None when
     ``answer`` is not a JSON format or the parser's call syntax is not known here (the
@@ -55,8 +53,8 @@ def answer_or_calls(
     tags = [
         {
             "type": "tag",
-            "begin": begin.format(name=json.dumps(t.function.name)),
-            "content": _json_format(t.function.parameters or NO_PARAMETERS),
+            "begin": begin.format(name=json.dumps(t.name)),
+            "content": _json_format(t.parameters),
             "end": end,
         }
         for t in tools
@@ -91,14 +89,15 @@ def _const(text: str) -> dict[str, str]:
 
 
 def with_answer_or_calls(ctx: RequestContext) -> None:
-    """Put the union on ``ctx``'s sampling when its request asks for one (before the wire
+    """Put the union on ``ctx``'s request when it asks for one (before the worker protocol's
     request is built): chat with ``tool_choice: auto`` and a JSON ``response_format``."""
-    body, plan = ctx.body, ctx.shaping
-    if not isinstance(body, ChatCompletionRequest) or plan is None or plan.tool_format is None:
+    request, plan = ctx.request, ctx.shaping
+    if not request.chat or plan is None or plan.tool_format is None:
         return
-    answer = ctx.sampling.constraint
-    if answer is None or not body.tools:
+    answer = request.sampling.constraint
+    if answer is None or not request.tools.specs:
         return
-    union = answer_or_calls(body.tools, body.tool_mode, answer, plan.tool_format)
+    union = answer_or_calls(request.tools.specs, request.tools.mode, answer, plan.tool_format)
     if union is not None:
-        ctx.sampling = replace(ctx.sampling, constraint=union)
+        sampling = replace(request.sampling, constraint=union)
+        ctx.request = replace(request, sampling=sampling)
