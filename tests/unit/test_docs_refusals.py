@@ -1,5 +1,5 @@
 """docs/operations.md's row of refused request fields lists exactly what the gateway
-refuses (gateway/api/unhonoured.py), and names no field that it honours."""
+refuses (gateway/endpoints/common/unhonoured.py), and names no field that it honours."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from pathlib import Path
 
 from tests.unit.test_readme import _request_field_rows
 
-from tandem.gateway.api import unhonoured
+from tandem.gateway.endpoints.common import unhonoured
 
 OPERATIONS = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
 
 
 def _row() -> str:
-    rows = [line for line in OPERATIONS.splitlines() if "gateway/api/unhonoured.py" in line]
+    where = "gateway/endpoints/common/unhonoured.py"
+    rows = [line for line in OPERATIONS.splitlines() if where in line]
     assert len(rows) == 1, rows
     return rows[0].split("|")[1]
 

@@ -96,3 +96,18 @@ def test_the_check_sees_each_form_of_import() -> None:
     assert not speaks_vllm({"tandem.wire.shm", "tandem.wire.protocol_neutral"})
     tree = ast.parse("from ..wire import proto\n")
     assert speaks_vllm(_imported(tree, "tandem.gateway.x", False))
+
+
+def test_only_the_app_and_the_endpoints_name_an_endpoint() -> None:
+    """Past its conversion nothing reads an endpoint's schema (issue 31): the pipeline,
+    the backends and the HTTP edge import no module of ``gateway/endpoints``, and only the
+    composition root (``gateway/app.py``) gathers their routes."""
+    naming = set()
+    for path in ROOT.rglob("*.py"):
+        module = _module_name(path)
+        if module.startswith("tandem.gateway.endpoints"):
+            continue
+        names = _imported(ast.parse(path.read_text()), module, path.name == "__init__.py")
+        if any(n.startswith("tandem.gateway.endpoints") for n in names):
+            naming.add(module)
+    assert naming == {"tandem.gateway.app"}

@@ -11,10 +11,11 @@ import pytest
 from tandem.cli import build_parser
 from tandem.errors import ERROR_CATALOGUE
 from tandem.gateway import metrics
-from tandem.gateway.api import unhonoured
-from tandem.gateway.api.schemas import ChatCompletionRequest, CompletionRequest
-from tandem.gateway.responses import request as responses_request
-from tandem.gateway.responses.request import ResponsesRequest
+from tandem.gateway.endpoints.chat.schema import ChatCompletionRequest
+from tandem.gateway.endpoints.common import unhonoured
+from tandem.gateway.endpoints.completions.schema import CompletionRequest
+from tandem.gateway.endpoints.responses import request as responses_request
+from tandem.gateway.endpoints.responses.request import ResponsesRequest
 
 README = (Path(__file__).parents[2] / "README.md").read_text()
 

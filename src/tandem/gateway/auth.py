@@ -1,6 +1,6 @@
 """Who may call what: API keys for the serving routes, control-plane keys for the admin API.
 
-Pure functions and small value objects; :mod:`tandem.gateway.access_control` applies them
+Pure functions and small value objects; :mod:`tandem.gateway.http.access_control` applies them
 to each HTTP request. The rules (docs/operations.md, "Access control"):
 
 - ``/v1/*``, ``/tokenize`` and ``/detokenize`` need ``Authorization: Bearer KEY`` as soon

@@ -113,7 +113,7 @@ _PIECE = 65_536
 
 
 def json_in_pieces(answer: dict[str, Any]) -> bytes:
-    """``answer`` as compact JSON (as ``api/responses.py`` writes it), its long lists one
+    """``answer`` as compact JSON (as ``http/json_bodies.py`` writes it), its long lists one
     piece at a time, so that the thread doing it gives the GIL back between pieces: one
     ``json.dumps`` of two million ids held it 0.4 s."""
     fields = []

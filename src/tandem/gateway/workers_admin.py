@@ -1,6 +1,6 @@
 """Worker admin API: list, add and remove workers while the gateway runs.
 
-Who may call it is decided before the route runs (gateway/access_control.py). The routes
+Who may call it is decided before the route runs (gateway/http/access_control.py). The routes
 themselves trust nothing in the request: the body is bounded and must be a JSON object,
 and a worker that cannot be registered is reported by a code, never by its gRPC details
 (which would tell a caller what listens on any host and port the gateway can reach); the
@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from tandem.ascii_int import ascii_int
 from tandem.errors import TandemError, make_error
-from tandem.gateway.api.responses import error_response, json_response
+from tandem.gateway.http.json_bodies import error_response, json_response
 from tandem.gateway.state import GatewayState
 from tandem.gateway.workers.registry import WorkerUnreachableError
 from tandem.gateway.workers.worker import ROLES, Worker

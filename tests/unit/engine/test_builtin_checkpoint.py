@@ -110,7 +110,7 @@ def test_hf_chat_template_matches_ours_for_a_tool_conversation(
 ) -> None:
     """Tools, an assistant turn with calls and two tool results, images: as transformers
     renders them with the same checkpoint (what the gateway sends is what HF would)."""
-    from tandem.gateway.api.schemas import parse_chat_request
+    from tandem.gateway.endpoints.chat.schema import parse_chat_request
 
     tools = [
         {

@@ -16,8 +16,8 @@ import pytest
 from gateway_app_fakes import chat_body, client, make_gateway
 
 from tandem.gateway import tokenizing
-from tandem.gateway.api.structured import MAX_CONSTRAINT_CHARS
 from tandem.gateway.body_shape import MAX_CONTAINERS, containers_over
+from tandem.gateway.endpoints.common.structured import MAX_CONSTRAINT_CHARS
 
 CHAT = "/v1/chat/completions"
 

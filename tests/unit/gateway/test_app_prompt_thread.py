@@ -19,7 +19,7 @@ from gateway_app_fakes import client, make_gateway, wait_until
 from tokenizers import Tokenizer
 
 from tandem.gateway import tokenizing
-from tandem.gateway.api.responses import json_bytes
+from tandem.gateway.http.json_bodies import json_bytes
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.tokenizing import INLINE_CHARS, INLINE_TOKENS, more_text_than
 

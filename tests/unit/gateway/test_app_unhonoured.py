@@ -15,8 +15,9 @@ import pytest
 from gateway_app_fakes import MODEL, make_gateway
 
 from tandem.errors import TandemError
-from tandem.gateway.api.schemas import parse_chat_request, parse_completion_request
 from tandem.gateway.app import build_app
+from tandem.gateway.endpoints.chat.schema import parse_chat_request
+from tandem.gateway.endpoints.completions.schema import parse_completion_request
 
 MESSAGES = [{"role": "user", "content": "Describe it as JSON."}]
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}

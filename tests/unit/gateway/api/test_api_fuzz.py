@@ -16,13 +16,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tandem.errors import ERROR_CATALOGUE, TandemError, openai_error_body
-from tandem.gateway.api.schemas import (
-    ChatCompletionRequest,
-    parse_chat_request,
-    parse_completion_request,
-)
 from tandem.gateway.backends.vllm.request import build_wire_request
 from tandem.gateway.context import RequestContext
+from tandem.gateway.endpoints.chat.schema import ChatCompletionRequest, parse_chat_request
+from tandem.gateway.endpoints.completions.schema import parse_completion_request
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.pipeline.prompt import build_prompt
 

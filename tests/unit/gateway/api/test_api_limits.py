@@ -7,12 +7,12 @@ import json
 import pytest
 
 from tandem.errors import TandemError
-from tandem.gateway.api.schemas import (
+from tandem.gateway.endpoints.chat.schema import (
     MAX_STOP_CHARS,
     MAX_STOP_TOKEN_IDS,
     parse_chat_request,
-    parse_completion_request,
 )
+from tandem.gateway.endpoints.completions.schema import parse_completion_request
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 COMPLETION = {"model": "m", "prompt": "hi"}

@@ -8,17 +8,16 @@ from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from tandem.errors import make_error
-from tandem.gateway.api.responses import (
+from tandem.gateway.endpoints.common.openai_bodies import (
     ChatChunkBuilder,
     ChoiceOutput,
     TextChunkBuilder,
     Usage,
     chat_completion,
-    error_response,
-    json_bytes,
     new_response_id,
     text_completion,
 )
+from tandem.gateway.http.json_bodies import error_response, json_bytes
 
 CHOICES = [ChoiceOutput(0, "a", "stop"), ChoiceOutput(1, "漢字", "length")]
 

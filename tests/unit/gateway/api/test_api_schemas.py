@@ -12,11 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tandem.errors import BadRequest, TandemError
-from tandem.gateway.api.responses import ChoiceOutput, chat_completion, text_completion
-from tandem.gateway.api.schemas import (
+from tandem.gateway.endpoints.chat.schema import ChatCompletionRequest, parse_chat_request
+from tandem.gateway.endpoints.common.openai_bodies import (
+    ChoiceOutput,
+    chat_completion,
+    text_completion,
+)
+from tandem.gateway.endpoints.completions.schema import (
     DEFAULT_COMPLETION_MAX_TOKENS,
-    ChatCompletionRequest,
-    parse_chat_request,
     parse_completion_request,
 )
 from tandem.gateway.pipeline.events import Usage

@@ -15,15 +15,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from tandem.errors import make_error
-from tandem.gateway.api.responses import (
+from tandem.gateway.endpoints.common.openai_bodies import (
     ChatChunkBuilder,
     ChoiceOutput,
     TextChunkBuilder,
     Usage,
     chat_completion,
-    error_response,
 )
-from tandem.gateway.api.sse import DONE, frame_events, sse_error_and_done, sse_event, sse_response
+from tandem.gateway.http.json_bodies import error_response
+from tandem.gateway.http.sse import DONE, frame_events, sse_error_and_done, sse_event, sse_response
 
 
 async def collect(stream: AsyncIterator[bytes]) -> list[bytes]:

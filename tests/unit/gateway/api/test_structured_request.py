@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from tandem.errors import TandemError
-from tandem.gateway.api.schemas import parse_chat_request, parse_completion_request
 from tandem.gateway.backends.vllm.request import set_constraint
+from tandem.gateway.endpoints.chat.schema import parse_chat_request
+from tandem.gateway.endpoints.completions.schema import parse_completion_request
 from tandem.gateway.pipeline.generation_request import Constraint
 from tandem.wire.proto import pb
 

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from tandem.errors import TandemError
-from tandem.gateway.api.tokenize_schemas import (
+from tandem.gateway.endpoints.tokenize.route import open_final_message
+from tandem.gateway.endpoints.tokenize.schema import (
     TokenizeChatRequest,
     TokenizePromptRequest,
     parse_detokenize_request,
     parse_tokenize_request,
 )
-from tandem.gateway.tokenize import open_final_message
 
 USER = {"role": "user", "content": "hi"}
 TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}

@@ -9,7 +9,7 @@ import jsonschema_rs
 import pytest
 
 from tandem.errors import TandemError
-from tandem.gateway.api.schemas import ChatCompletionRequest, parse_chat_request
+from tandem.gateway.endpoints.chat.schema import ChatCompletionRequest, parse_chat_request
 
 MESSAGES = [{"role": "user", "content": "Weather?"}]
 WEATHER = {

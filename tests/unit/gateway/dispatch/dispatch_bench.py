@@ -20,11 +20,11 @@ import numpy as np
 from fake_worker_client import MODEL, FakeWorkers, GenerateCall, WorkerInfo
 from PIL import Image
 
-from tandem.gateway.api.schemas import ChatCompletionRequest
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.base import Dispatcher
 from tandem.gateway.dispatch.streams import OpenedStream
+from tandem.gateway.endpoints.chat.schema import ChatCompletionRequest
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.pipeline.media import prepare_media
 from tandem.gateway.pipeline.prompt import prepare_prompt

@@ -16,13 +16,13 @@ from mm_gateway_models import Model
 from mm_gateway_origin import ConnectionCounter, ImageOrigin, data_url, png_bytes
 
 from tandem.errors import TandemError
-from tandem.gateway.api.schemas import ChatCompletionRequest
 from tandem.gateway.backends.vllm import inline_refs
 from tandem.gateway.backends.vllm.backend import VllmBackend
 from tandem.gateway.backends.vllm.inline_refs import gateway_must_fetch
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.selection import candidates
+from tandem.gateway.endpoints.chat.schema import ChatCompletionRequest
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.pipeline.media import prepare_media
 from tandem.gateway.pipeline.prompt import build_prompt

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from tandem.errors import TandemError
+from tandem.gateway.endpoints.responses.items import chat_messages, input_items
+from tandem.gateway.endpoints.responses.request import parse_responses_request
+from tandem.gateway.endpoints.responses.turn import Turn, responses_param
 from tandem.gateway.history.store import HistoryLimits, StoredResponse
 from tandem.gateway.pipeline.generation_request import ChatPrompt
-from tandem.gateway.responses.items import chat_messages, input_items
-from tandem.gateway.responses.request import parse_responses_request
-from tandem.gateway.responses.turn import Turn, responses_param
 
 
 def request(**fields: Any) -> Any:

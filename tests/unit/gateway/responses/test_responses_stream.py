@@ -17,6 +17,9 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import ResponseStreamEvent
 
 from tandem.errors import make_error
+from tandem.gateway.endpoints.responses.objects import Answer, ResponseHeader, output_items
+from tandem.gateway.endpoints.responses.request import parse_responses_request
+from tandem.gateway.endpoints.responses.stream import EventWriter
 from tandem.gateway.logprobs import LogprobEntry, TokenStrings
 from tandem.gateway.pipeline.events import (
     AnswerEvent,
@@ -28,9 +31,6 @@ from tandem.gateway.pipeline.events import (
     TextDelta,
     Usage,
 )
-from tandem.gateway.responses.objects import Answer, ResponseHeader, output_items
-from tandem.gateway.responses.request import parse_responses_request
-from tandem.gateway.responses.stream import EventWriter
 
 
 def writer(**fields: Any) -> EventWriter:

@@ -16,7 +16,7 @@ import pytest
 
 from tandem.engine.structured import StructuredCompiler
 from tandem.engine.structured_spec import Constraint as EngineConstraint
-from tandem.gateway.api.schemas import ChatCompletionRequest, parse_chat_request
+from tandem.gateway.endpoints.chat.schema import ChatCompletionRequest, parse_chat_request
 from tandem.gateway.pipeline.answer_or_calls import answer_or_calls
 from tandem.gateway.pipeline.generation_request import Constraint
 from tandem.gateway.tools import tool_parser

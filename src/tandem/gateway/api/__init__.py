@@ -1,1 +1,0 @@
-"""OpenAI-compatible HTTP edge: request schemas, response bodies, SSE framing."""

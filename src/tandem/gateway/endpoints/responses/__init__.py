@@ -1,0 +1,1 @@
+"""The Responses API: stored conversations over the same pipeline."""

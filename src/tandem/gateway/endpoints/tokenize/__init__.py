@@ -1,0 +1,1 @@
+"""``POST /tokenize`` and ``POST /detokenize`` (vLLM's), through the pipeline's gates."""
