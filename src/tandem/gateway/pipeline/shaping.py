@@ -4,9 +4,9 @@ The parsing is the gateway's, so every worker (Tandem's or vLLM's) gets the same
 A reasoning parser (``--reasoning-parser``) splits the thought off first; the tool-call
 parser then reads what remains. Which tool parser depends on ``tool_choice``: ``auto`` uses
 ``--tool-call-parser`` (or the chat template's format), a forced choice reads the JSON its
-constraint produced (``gateway/endpoints/common/tools.py``). A request held to JSON (a forced call,
-``response_format``, a JSON schema) skips the reasoning parser, since its constraint starts
-at the first token. Malformed output degrades to content.
+constraint produced (``gateway/endpoints/common/tool_schemas.py``). A request held to JSON
+(a forced call, ``response_format``, a JSON schema) skips the reasoning parser, since its
+constraint starts at the first token. Malformed output degrades to content.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``json``: the output (after optional whitespace) is one call object
 ``{"name": …, "arguments"|"parameters": …}`` or an array of them; anything else
 is content. ``required``: the gateway constrained the output to a JSON array of
-``{"name": str, "parameters": object}`` (``tandem.gateway.endpoints.common.tools``), so
+``{"name": str, "parameters": object}`` (``tandem.gateway.endpoints.common.tool_schemas``), so
 only an array is read. Either way the JSON value is read as one unit: text after
 it is content (whitespace before that text dropped); an empty array, an element
 that is not a call, or a value cut off breaks it. A break degrades to content as

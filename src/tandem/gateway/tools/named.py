@@ -1,7 +1,7 @@
 """Output forced by a named ``tool_choice``: the text is that function's arguments object.
 
 The gateway constrained decoding to the function's parameter schema
-(``tandem.gateway.endpoints.common.tools``), so the call's name is known before the
+(``tandem.gateway.endpoints.common.tool_schemas``), so the call's name is known before the
 model writes anything: the streamer's first answer (to ``push`` or ``finish``)
 starts with the ``CallStart``, and the object's text goes out as
 ``ArgumentsPiece``s as it arrives (whitespace around it dropped, text after it

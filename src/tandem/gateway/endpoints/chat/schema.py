@@ -29,7 +29,7 @@ from tandem.gateway.endpoints.common.generation import (
 from tandem.gateway.endpoints.common.messages import (
     ChatMessage,
 )
-from tandem.gateway.endpoints.common.tools import (
+from tandem.gateway.endpoints.common.tool_schemas import (
     MAX_TOOLS,
     NO_PARAMETERS,
     Tool,

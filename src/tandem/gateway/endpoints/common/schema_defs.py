@@ -1,7 +1,7 @@
 """Definitions (``$defs`` / ``definitions``) of several schemas, hoisted to one root.
 
 ``tool_choice: "required"`` nests each tool's parameter schema inside one array schema
-(endpoints/common/tools.py). A parameter schema that pydantic generated for nested models keeps its
+(``tool_schemas.py``). A parameter schema that pydantic generated for nested models keeps its
 sub-schemas in ``$defs`` and points at them with ``{"$ref": "#/$defs/Name"}``: once nested,
 ``#/`` is the array's root and every such reference dangles. The definitions are therefore
 moved to the new root's ``$defs`` (as vLLM does), and where two tools define the same name

@@ -29,7 +29,7 @@ from tandem.gateway.endpoints.common.messages import (
     UNSUPPORTED_PART,
     without_nulls,
 )
-from tandem.gateway.endpoints.common.tools import MAX_TOOLS
+from tandem.gateway.endpoints.common.tool_schemas import MAX_TOOLS
 from tandem.gateway.endpoints.common.validation_errors import validation_error
 from tandem.gateway.endpoints.responses.input_models import InputItem, text_or_list
 

@@ -35,7 +35,7 @@ from tandem.gateway.endpoints.common.messages import (
     TextPart,
     without_nulls,
 )
-from tandem.gateway.endpoints.common.tools import MAX_TOOLS, Tool, template_tools, tool_mode
+from tandem.gateway.endpoints.common.tool_schemas import MAX_TOOLS, Tool, template_tools, tool_mode
 from tandem.gateway.endpoints.common.validation_errors import validation_error
 
 # vLLM's chat-form fields that would change the prompt in a way the gateway does not
