@@ -4,7 +4,8 @@ In the gateway, vLLM's messages (``smg_grpc_proto``'s modules and Tandem's helpe
 them in ``tandem.wire``) are imported by ``tandem.gateway.backends.vllm`` alone; everything
 else works on the neutral types (``backends/frames.py``, ``workers/protocol.py``,
 ``gateway/backend.py``), and only ``gateway/backend.py`` names the vLLM folder. The worker
-is held to the same rule with its vLLM adapter (``tandem.worker.vllm``).
+is held to the same rule with its vLLM adapter (``tandem.worker.vllm``). At the front, the
+same holds for client APIs: only ``gateway/app.py`` imports an endpoint's folder.
 """
 
 from __future__ import annotations
@@ -71,6 +72,19 @@ def vllm_speakers() -> set[str]:
     return found
 
 
+def importers(target: str, outside: str) -> set[str]:
+    """Modules that are not under ``outside`` and import ``target`` or a module under it."""
+    found = set()
+    for path in ROOT.rglob("*.py"):
+        module = _module_name(path)
+        if module.startswith(outside):
+            continue
+        names = _imported(ast.parse(path.read_text()), module, path.name == "__init__.py")
+        if any(n == target or n.startswith(target + ".") for n in names):
+            found.add(module)
+    return found
+
+
 def test_only_the_vllm_folders_speak_vllm() -> None:
     speakers = sorted(vllm_speakers())
     assert not speakers, f"modules outside the vLLM folders import vLLM's messages: {speakers}"
@@ -78,14 +92,7 @@ def test_only_the_vllm_folders_speak_vllm() -> None:
 
 def test_only_the_backend_chooser_names_the_vllm_folder() -> None:
     """A second protocol is a second folder and one line in ``gateway/backend.py``."""
-    naming = set()
-    for path in ROOT.rglob("*.py"):
-        module = _module_name(path)
-        if module.startswith("tandem.gateway.backends"):
-            continue
-        names = _imported(ast.parse(path.read_text()), module, path.name == "__init__.py")
-        if any(n.startswith("tandem.gateway.backends.vllm") for n in names):
-            naming.add(module)
+    naming = importers("tandem.gateway.backends.vllm", outside="tandem.gateway.backends")
     assert naming == {"tandem.gateway.backend"}
 
 
@@ -102,12 +109,5 @@ def test_only_the_app_and_the_endpoints_name_an_endpoint() -> None:
     """Past its conversion nothing reads an endpoint's schema (issue 31): the pipeline,
     the backends and the HTTP edge import no module of ``gateway/endpoints``, and only the
     composition root (``gateway/app.py``) gathers their routes."""
-    naming = set()
-    for path in ROOT.rglob("*.py"):
-        module = _module_name(path)
-        if module.startswith("tandem.gateway.endpoints"):
-            continue
-        names = _imported(ast.parse(path.read_text()), module, path.name == "__init__.py")
-        if any(n.startswith("tandem.gateway.endpoints") for n in names):
-            naming.add(module)
+    naming = importers("tandem.gateway.endpoints", outside="tandem.gateway.endpoints")
     assert naming == {"tandem.gateway.app"}
