@@ -282,6 +282,29 @@ def worker_reason(details: str) -> str | None:
     return match.group(0) if match else None
 
 
+# gRPC core's own words for a connection that broke (a worker killed, a reset, a proxy
+# dropping it): not a worker's message, so the client gets ours instead (issue 38).
+_TRANSPORT_WORDS = (
+    "socket closed",
+    "stream removed",
+    "connection reset",
+    "connection refused",
+    "broken pipe",
+    "failed to connect",
+    "goaway",
+    "keepalive",
+    "end of tcp stream",
+)
+
+
+def transport_failure(status: grpc.StatusCode, details: str | None) -> bool:
+    """A broken connection, as gRPC reports it, rather than an answer from the worker."""
+    if status not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN):
+        return False
+    text = (details or "").lower()
+    return any(words in text for words in _TRANSPORT_WORDS)
+
+
 def error_from_grpc(
     code: str, status: grpc.StatusCode, details: str | None, worker_code: str | None = None
 ) -> TandemError:
@@ -300,6 +323,9 @@ def error_from_grpc(
     if spec is not None and spec.status < 500 and http < 500:
         code, http = str(worker_code), spec.status
     text = details or status.name
+    if worker_code is None and transport_failure(status, details):
+        # The raw words go to the gateway's log (the caller's), not to the client.
+        text = f"the connection to the worker was lost ({status.name})"
     retryable = http in RETRYABLE_STATUSES and worker_reason(text) not in _NOT_RETRIED_REASONS
     if spec is not None and not spec.retryable:
         retryable = False  # the worker says why, and a retry elsewhere cannot help

@@ -1,6 +1,7 @@
 """Worker faults under a PD gateway, with real processes killed by SIGKILL.
 
-- a decode worker killed mid-stream: the client reads an SSE error event, then [DONE];
+- a decode worker killed mid-stream: the client reads an SSE error event in Tandem's words,
+  then [DONE];
 - a decode worker killed before it pulled the KV: the prefill worker's KV is freed within
   its lease (here, at once: the gateway releases it);
 - a prefill worker killed: requests retry on the other prefill worker; with none left, 503.
@@ -80,6 +81,8 @@ async def test_decode_killed_mid_stream_ends_the_sse_cleanly(one_pair) -> None:
     error = payloads[-2]
     assert isinstance(error, dict) and error["error"]["code"] == "decode_stream_error", error
     assert error["error"]["type"] == "server_error"
+    # In Tandem's words, not gRPC's ("Stream removed (Socket closed)"): issue 38.
+    assert error["error"]["message"].startswith("the connection to the worker was lost"), error
     tokens = sum(1 for p in payloads[:-2] if p.get("choices") and p["choices"][0]["delta"])
     assert 0 < tokens < 3000
     # Nothing is left behind on the prefill worker once its lease has run out: polled, within

@@ -109,3 +109,27 @@ def test_the_retry_rule_reads_the_workers_reason_token() -> None:
     # A token that only starts like one is another reason: retried as any 503.
     late = error_from_grpc("worker_error", grpc.StatusCode.UNAVAILABLE, "sidecar_timeouts: x")
     assert late.retryable
+
+
+@pytest.mark.parametrize(
+    "details",
+    ["Stream removed (Socket closed)", "Socket closed", "failed to connect to all addresses"],
+)
+def test_a_broken_connection_reads_as_ours_not_grpcs(details: str) -> None:
+    """Issue 38: a worker killed mid-stream is a coded error in Tandem's words."""
+    err = error_from_grpc("decode_stream_error", grpc.StatusCode.UNAVAILABLE, details)
+    assert (err.code, err.status, err.retryable) == ("decode_stream_error", 503, True)
+    assert err.message == "the connection to the worker was lost (UNAVAILABLE)"
+    assert details.lower() not in err.message.lower()
+
+
+def test_a_workers_own_message_is_kept() -> None:
+    saturated = error_from_grpc("worker_error", grpc.StatusCode.UNAVAILABLE, "worker is saturated")
+    assert saturated.message == "worker is saturated"
+    # The same words from a worker that named its code are the worker's, not the transport's.
+    named = error_from_grpc(
+        "worker_error", grpc.StatusCode.UNAVAILABLE, "socket closed", "internal_error"
+    )
+    assert named.message == "socket closed"
+    invalid = error_from_grpc("worker_error", grpc.StatusCode.INVALID_ARGUMENT, "Socket closed")
+    assert invalid.message == "Socket closed"  # only UNAVAILABLE and UNKNOWN are transport

@@ -91,6 +91,19 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         help="failed health checks in a row before a worker leaves the pool",
     )
     p.add_argument(
+        "--cb-failure-threshold",
+        type=int,
+        default=_DEFAULTS.cb_failure_threshold,
+        help="failures in a row (requests or health checks) that open a worker's breaker",
+    )
+    p.add_argument(
+        "--cb-timeout-duration-secs",
+        type=float,
+        default=_DEFAULTS.cb_timeout_s,
+        help="how long an open breaker keeps requests away before one probe; a successful "
+        "health check closes it sooner",
+    )
+    p.add_argument(
         "--multimodal-max-inflight-bytes",
         type=int,
         default=_DEFAULTS.mm_max_inflight_bytes,
@@ -184,6 +197,8 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         health_interval_s=args.health_check_interval_secs,
         health_timeout_s=args.health_check_timeout_secs,
         health_failure_threshold=args.health_failure_threshold,
+        cb_failure_threshold=args.cb_failure_threshold,
+        cb_timeout_s=args.cb_timeout_duration_secs,
         mm_max_inflight_bytes=args.multimodal_max_inflight_bytes,
         mm_tensor_transport=args.multimodal_tensor_transport,
         mm_shm_min_bytes=args.multimodal_shm_min_bytes,

@@ -76,6 +76,9 @@ class GatewayConfig:
     health_interval_s: float = 5.0
     health_timeout_s: float = 2.0
     health_failure_threshold: int = 2
+    # The per-worker circuit breaker (gateway/workers/breaker.py), smg's flag names.
+    cb_failure_threshold: int = 5
+    cb_timeout_s: float = 10.0
     pd_dispatch: PdDispatch = "sequential"
     wire_dtype: str = "float32"
     # Admission control (gateway/admission.py); 0 turns a bound off.
@@ -132,6 +135,10 @@ class GatewayConfig:
             raise ValueError("--health-check-interval-secs and -timeout-secs must be positive")
         if self.health_failure_threshold < 1:
             raise ValueError("--health-failure-threshold must be >= 1")
+        if self.cb_failure_threshold < 1 or self.cb_timeout_s < 0:
+            raise ValueError(
+                "--cb-failure-threshold must be >= 1 and --cb-timeout-duration-secs >= 0"
+            )
         if self.max_retries < 0:
             raise ValueError("--max-retries must be >= 0")
         if self.mm_max_inflight_bytes < 0:

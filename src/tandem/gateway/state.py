@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 
 from tandem.errors import TandemError, make_error
 from tandem.gateway.admission import AdmissionQueue, PixelBudget
@@ -18,6 +19,7 @@ from tandem.gateway.model import ModelHandle
 from tandem.gateway.multimodal.pixel_cache import PixelCache
 from tandem.gateway.multimodal.pool import ImagePool
 from tandem.gateway.pd.dispatcher import PDDispatcher
+from tandem.gateway.workers.breaker import CircuitBreaker
 from tandem.gateway.workers.health import HealthChecker
 from tandem.gateway.workers.policies.factory import make_policy
 from tandem.gateway.workers.registry import WorkerRegistry
@@ -65,6 +67,9 @@ class GatewayState:
         self.registry.on_change(forget)
         self.backend = make_backend(config)
         self.registry.sender = self.backend.sender
+        self.registry.breaker_factory = partial(
+            CircuitBreaker, config.cb_failure_threshold, config.cb_timeout_s
+        )
         if config.pd_disaggregation:
             self.dispatcher = PDDispatcher(
                 self.registry, self.backend, prefill_policy, decode_policy, config

@@ -8,18 +8,27 @@ dropped stream always ends its worker call (Abort).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import grpc
 
-from tandem.errors import WORKER_ERROR_CODE_KEY, TandemError, error_from_grpc, make_error
+from tandem.errors import (
+    WORKER_ERROR_CODE_KEY,
+    TandemError,
+    error_from_grpc,
+    make_error,
+    transport_failure,
+)
 from tandem.gateway.backends.frames import Frame
 from tandem.gateway.workers.protocol import Leg, WorkerStream
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker
 from tandem.wire.pixels import PixelPayload
+
+log = logging.getLogger("tandem.gateway.dispatch")
 
 
 class Frames(Protocol):
@@ -166,4 +175,7 @@ def _from_rpc_error(error_code: str, err: grpc.aio.AioRpcError) -> TandemError:
     worker_code = next(
         (str(v) for k, v in err.trailing_metadata() or () if k == WORKER_ERROR_CODE_KEY), None
     )
+    if worker_code is None and transport_failure(err.code(), err.details()):
+        # The client is told the connection was lost; gRPC's own words stay here.
+        log.warning("%s: worker connection lost: %s", error_code, err.details())
     return error_from_grpc(error_code, err.code(), err.details(), worker_code)

@@ -9,7 +9,9 @@ States::
 
 Half-open lets exactly one probe through. A probe whose outcome is never
 recorded (its request vanished) is released again after another cooldown, so a
-lost probe cannot strand the worker.
+lost probe cannot strand the worker. A health check that began after the breaker
+opened and succeeded is a probe too, and closes it at once: a worker restarted on
+its address is routed to again within a health interval, not after the cooldown.
 """
 
 from __future__ import annotations
@@ -71,11 +73,16 @@ class CircuitBreaker:
         self._probe_at = self._clock()
         return True
 
-    def record_success(self) -> None:
+    def now(self) -> float:
+        """The breaker's clock: what :meth:`record_success` takes as ``started_at``."""
+        return self._clock()
+
+    def record_success(self, started_at: float | None = None) -> None:
+        """A success; ``started_at``: when the call began (:meth:`now`), if it is known."""
         state = self.state
-        if state == "open":
+        if state == "open" and (started_at is None or started_at < self._opened_at):
             # A straggler that started before the breaker opened proves little; wait for the
-            # cooldown and a real probe.
+            # cooldown and a real probe (a call begun since the breaker opened is one).
             return
         self._state = "closed"
         self._failures = 0

@@ -2,8 +2,10 @@
 
 A failed or unhealthy answer marks the worker unhealthy (policies stop seeing it)
 and counts as a breaker failure; a healthy answer marks it healthy again and
-counts as a breaker success, which is how an open breaker's probe can succeed
-without risking a user request.
+counts as a breaker success. A check begun after the breaker opened is its probe:
+its success closes the breaker without risking a user request, so a worker back on
+its address serves again within one interval (plus the channel's reconnect, at most
+half a second: ``backends/vllm/client.py``).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class HealthChecker:
             client = self.registry.client(worker.url)
         except KeyError:
             return False  # removed since the list was taken
+        started = worker.breaker.now()
         # The client has its own deadline; wait_for is the backstop against a hung channel.
         try:
             ok = await asyncio.wait_for(client.health_check(self.timeout_s), self.timeout_s * 2)
@@ -82,7 +85,7 @@ class HealthChecker:
         worker.healthy = healthy
         metrics.WORKER_HEALTHY.labels(worker.url).set(1 if healthy else 0)
         if ok:
-            worker.breaker.record_success()
+            worker.breaker.record_success(started)  # begun after an opening: a probe
         else:
             worker.breaker.record_failure()
         metrics.CIRCUIT_OPEN.labels(worker.url).set(1 if worker.breaker.state == "open" else 0)

@@ -51,7 +51,7 @@ class WorkerRegistry:
         self.removal_grace_s = removal_grace_s  # in-flight calls of a removed worker may finish
         self.sender = sender
         self._client_override = client_factory
-        self._breaker_factory = breaker_factory
+        self.breaker_factory = breaker_factory  # the gateway's state sets its flags'
         self._workers: dict[str, Worker] = {}
         self._clients: dict[str, WorkerClient] = {}
         self._pending: set[str] = set()
@@ -164,7 +164,7 @@ class WorkerRegistry:
             labels=described.labels,
             model_id=described.model_id,
             healthy=True,
-            breaker=self._breaker_factory(),
+            breaker=self.breaker_factory(),
         )
 
     def _notify(self, event: WorkerEvent, worker: Worker) -> None:

@@ -87,6 +87,20 @@ def test_success_while_open_is_ignored(clock: FakeClock) -> None:
     assert breaker.state == "open"
 
 
+def test_a_call_begun_after_the_opening_closes_it_on_success(clock: FakeClock) -> None:
+    """A health check that started once the breaker was open is a probe (issue 38): its
+    success closes the breaker at once instead of after the cooldown."""
+    breaker = tripped(clock)
+    before = breaker.now() - 0.5  # began before the breaker opened: a straggler
+    breaker.record_success(before)
+    assert breaker.state == "open"
+    clock.now += 1.0  # well within the 10 s cooldown
+    began = breaker.now()
+    clock.now += 0.1
+    breaker.record_success(began)
+    assert breaker.state == "closed" and breaker.allow()
+
+
 def test_lost_probe_is_released_after_another_cooldown(clock: FakeClock) -> None:
     breaker = tripped(clock)
     clock.now += 10

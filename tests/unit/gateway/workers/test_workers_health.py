@@ -92,6 +92,31 @@ async def test_server_stops_and_comes_back_on_same_port(
     assert worker.breaker.state == "closed" and worker.available
 
 
+async def test_a_worker_back_on_its_port_serves_before_the_breaker_cooldown(
+    fake_worker: FakeEngineWorker,
+) -> None:
+    """Issue 38: with an hour-long cooldown, the breaker the outage opened is closed by the
+    first good health check once the worker is back, so it is routed to again at once."""
+    reg = WorkerRegistry(
+        connect_timeout_s=3.0,
+        client_factory=make_client,
+        breaker_factory=lambda: CircuitBreaker(failure_threshold=2, cooldown_s=3600.0),
+    )
+    try:
+        worker = await reg.add(fake_worker.url)
+        checker = HealthChecker(reg, interval_s=1.0, timeout_s=0.5, unhealthy_after=1)
+        await fake_worker.stop()
+        await eventually_healthy(checker, worker, want=False)
+        await checker.check_once()  # the second failure in a row opens the breaker
+        assert worker.breaker.state == "open" and not worker.available
+        await fake_worker.start()
+        await eventually_healthy(checker, worker, want=True)
+        assert worker.breaker.state == "closed" and worker.available
+        assert reg.available() == [worker]
+    finally:
+        await asyncio.wait_for(reg.close(), 5)
+
+
 async def test_background_loop_marks_worker_and_stops(
     registry: WorkerRegistry, fake_worker: FakeEngineWorker
 ) -> None:

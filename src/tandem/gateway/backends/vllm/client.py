@@ -37,10 +37,12 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
     "grpc.max_send_message_length": MAX_MESSAGE_BYTES,
     "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
-    # gRPC's default reconnect backoff grows to minutes; a worker that restarts should be
-    # usable again within a couple of health-check periods.
-    "grpc.initial_reconnect_backoff_ms": 250,
-    "grpc.max_reconnect_backoff_ms": 2000,
+    # gRPC's default reconnect backoff grows to two minutes. A worker restarted on its
+    # address must be found by the next health check (issue 38: back within two
+    # intervals at 1 s): the channel retries a refused connection every 0.5 s at most,
+    # a cheap failed connect while the worker is down.
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 500,
 }
 KV_RELEASE_METHOD = "/tandem.kv.KvTransfer/Release"
 # Call ends that happened on our side: the worker may not know the request is dead.
