@@ -5,7 +5,8 @@ stages over one :class:`~tandem.gateway.context.RequestContext`:
 
 1. admit: refuse while draining, refuse a declared body over the limit, take an
    admission slot (a queued request holds no body and no pixels);
-2. read and parse the body (the route's parser);
+2. read the body; the route's parser validates it and converts it into the pipeline's
+   request (``generation_request.py``);
 3. prompt: render the template and tokenize (``prompt.py``); the worker protocol's
    backend builds its request (``gateway/backends``);
 4. media: choose the path, process router-side images under the pixel lease
