@@ -100,8 +100,8 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         "--cb-timeout-duration-secs",
         type=float,
         default=_DEFAULTS.cb_timeout_s,
-        help="how long an open breaker keeps requests away before one probe; a successful "
-        "health check closes it sooner",
+        help="how long an open breaker keeps requests away before one probe; for a worker "
+        "that was down, its first good health check closes the breaker sooner",
     )
     p.add_argument(
         "--multimodal-max-inflight-bytes",

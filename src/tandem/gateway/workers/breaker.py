@@ -9,9 +9,10 @@ States::
 
 Half-open lets exactly one probe through. A probe whose outcome is never
 recorded (its request vanished) is released again after another cooldown, so a
-lost probe cannot strand the worker. A health check that began after the breaker
-opened and succeeded is a probe too, and closes it at once: a worker restarted on
-its address is routed to again within a health interval, not after the cooldown.
+lost probe cannot strand the worker. A call that began after the breaker opened and
+succeeded is a probe too (the health checker passes its start for a worker that was
+down), and closes it at once: a worker restarted on its address is routed to again
+within a health interval, not after the cooldown.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 A failed or unhealthy answer marks the worker unhealthy (policies stop seeing it)
 and counts as a breaker failure; a healthy answer marks it healthy again and
-counts as a breaker success. A check begun after the breaker opened is its probe:
-its success closes the breaker without risking a user request, so a worker back on
-its address serves again within one interval (plus the channel's reconnect, at most
-half a second: ``backends/vllm/client.py``).
+counts as a breaker success. When checks had failed too (the worker was down), a
+check begun after the breaker opened is its probe: its success closes the breaker
+without risking a user request, so a worker back on its address serves again within
+one interval (plus the channel's reconnect, at most half a second:
+``backends/vllm/client.py``).
 """
 
 from __future__ import annotations
@@ -77,15 +78,21 @@ class HealthChecker:
             ok = False
         if self.registry.get(worker.url) is not worker:
             return ok  # removed (or replaced) while we waited: do not touch it
-        failures = 0 if ok else self._failures.get(worker.url, 0) + 1
+        failed_before = self._failures.get(worker.url, 0)
+        failures = 0 if ok else failed_before + 1
         self._failures[worker.url] = failures
         healthy = ok or (worker.healthy and failures < self.unhealthy_after)
         if healthy != worker.healthy:
             log.warning("worker %s is now %s", worker.url, "healthy" if healthy else "unhealthy")
         worker.healthy = healthy
         metrics.WORKER_HEALTHY.labels(worker.url).set(1 if healthy else 0)
-        if ok:
-            worker.breaker.record_success(started)  # begun after an opening: a probe
+        if ok and failed_before:
+            # Back after checks failed too (down, restarted): a check begun since the
+            # breaker opened is its probe. A worker whose checks pass while its requests
+            # fail keeps the breaker's cooldown: its health answer proves nothing then.
+            worker.breaker.record_success(started)
+        elif ok:
+            worker.breaker.record_success()
         else:
             worker.breaker.record_failure()
         metrics.CIRCUIT_OPEN.labels(worker.url).set(1 if worker.breaker.state == "open" else 0)

@@ -117,6 +117,27 @@ async def test_a_worker_back_on_its_port_serves_before_the_breaker_cooldown(
         await asyncio.wait_for(reg.close(), 5)
 
 
+async def test_a_breaker_opened_by_requests_is_not_closed_by_passing_checks(
+    fake_worker: FakeEngineWorker,
+) -> None:
+    """A worker that answers its health checks while its requests fail keeps the breaker's
+    cooldown: only a check after failed checks (the worker was down) counts as a probe."""
+    reg = WorkerRegistry(
+        connect_timeout_s=3.0,
+        client_factory=make_client,
+        breaker_factory=lambda: CircuitBreaker(failure_threshold=2, cooldown_s=3600.0),
+    )
+    try:
+        worker = await reg.add(fake_worker.url)
+        checker = HealthChecker(reg, interval_s=1.0, timeout_s=0.5)
+        worker.breaker.record_failure()
+        worker.breaker.record_failure()  # two failed requests open it
+        assert await checker.check_once() == {worker.url: True}
+        assert worker.breaker.state == "open" and not worker.available
+    finally:
+        await asyncio.wait_for(reg.close(), 5)
+
+
 async def test_background_loop_marks_worker_and_stops(
     registry: WorkerRegistry, fake_worker: FakeEngineWorker
 ) -> None:
