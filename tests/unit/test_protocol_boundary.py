@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import tandem
 
 ROOT = Path(tandem.__file__).parent  # src/tandem
@@ -30,6 +32,13 @@ VLLM_MODULES = (
 )
 ALLOWED_FOLDERS = ("tandem.gateway.backends.vllm", "tandem.worker.vllm", "tandem.wire")
 SIDES = ("tandem.gateway", "tandem.worker")
+# SGLang's messages, and Tandem's module over them, for its two folders alone.
+SGLANG_MODULES = (
+    "smg_grpc_proto.generated.sglang_scheduler_pb2",
+    "smg_grpc_proto.generated.sglang_scheduler_pb2_grpc",
+    "tandem.wire.sglang",
+)
+SGLANG_FOLDERS = ("tandem.gateway.backends.sglang", "tandem.worker.sglang", "tandem.wire.sglang")
 
 
 def _module_name(path: Path) -> str:
@@ -54,22 +63,30 @@ def _imported(tree: ast.AST, module: str, is_package: bool) -> set[str]:
     return names
 
 
+def speaks(names: set[str], modules: tuple[str, ...]) -> bool:
+    return any(n == m or n.startswith(m + ".") for n in names for m in modules)
+
+
 def speaks_vllm(names: set[str]) -> bool:
-    return any(n == m or n.startswith(m + ".") for n in names for m in VLLM_MODULES)
+    return speaks(names, VLLM_MODULES)
 
 
-def vllm_speakers() -> set[str]:
-    """Modules on either side, outside the allowed folders, that import vLLM's messages."""
+def speakers(modules: tuple[str, ...], allowed: tuple[str, ...]) -> set[str]:
+    """Modules on either side, outside the allowed folders, that import ``modules``."""
     found: set[str] = set()
     for path in ROOT.rglob("*.py"):
         module = _module_name(path)
-        inside = any(module == f or module.startswith(f + ".") for f in ALLOWED_FOLDERS)
+        inside = any(module == f or module.startswith(f + ".") for f in allowed)
         if inside or not module.startswith(SIDES):
             continue
         tree = ast.parse(path.read_text())
-        if speaks_vllm(_imported(tree, module, path.name == "__init__.py")):
+        if speaks(_imported(tree, module, path.name == "__init__.py"), modules):
             found.add(module)
     return found
+
+
+def vllm_speakers() -> set[str]:
+    return speakers(VLLM_MODULES, ALLOWED_FOLDERS)
 
 
 def importers(target: str, outside: str) -> set[str]:
@@ -90,9 +107,17 @@ def test_only_the_vllm_folders_speak_vllm() -> None:
     assert not speakers, f"modules outside the vLLM folders import vLLM's messages: {speakers}"
 
 
-def test_only_the_backend_chooser_names_the_vllm_folder() -> None:
-    """A second protocol is a second folder and one line in ``gateway/backend.py``."""
-    naming = importers("tandem.gateway.backends.vllm", outside="tandem.gateway.backends")
+def test_only_the_sglang_folders_speak_sglang() -> None:
+    found = sorted(speakers(SGLANG_MODULES, SGLANG_FOLDERS))
+    assert not found, f"modules outside the SGLang folders import SGLang's messages: {found}"
+
+
+@pytest.mark.parametrize("protocol", ["vllm", "sglang"])
+def test_only_the_backend_chooser_names_a_protocol_folder(protocol: str) -> None:
+    """A protocol is a folder and a line in ``gateway/backend.py``; no protocol's folder
+    names another's."""
+    folder = f"tandem.gateway.backends.{protocol}"
+    naming = importers(folder, outside=folder)
     assert naming == {"tandem.gateway.backend"}
 
 

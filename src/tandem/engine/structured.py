@@ -36,9 +36,9 @@ import torch
 from tandem.engine.structured_spec import (
     Constraint,
     StructuredOutputError,
-    choice_grammar,
     looks_like_lark,
 )
+from tandem.wire.ebnf import choice_grammar
 
 # Compiled grammars the compiler keeps for reuse, at most (vLLM's default budget too).
 COMPILER_CACHE_BYTES = 512 << 20

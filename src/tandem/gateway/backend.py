@@ -11,8 +11,12 @@ only this and ``workers/protocol.py``; a second protocol is a second folder besi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import logging
+from collections.abc import Callable, Sequence
 from typing import Protocol
+
+import grpc
 
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
@@ -21,13 +25,18 @@ from tandem.gateway.multimodal.plan import MediaPlan
 from tandem.gateway.multimodal.process import ProcessedImages
 from tandem.gateway.multimodal.videos import ProcessedVideos
 from tandem.gateway.pd.selection import Pair
+from tandem.gateway.types import WorkerProtocol
 from tandem.gateway.workers.protocol import Leg, LegSender
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker
 
+log = logging.getLogger("tandem.gateway")
+
 
 class Backend(Protocol):
     """One worker protocol: its legs, its media, its PD pairing."""
+
+    name: str  # the protocol's --backend name
 
     @property
     def sender(self) -> LegSender:
@@ -82,7 +91,66 @@ class Backend(Protocol):
 
 
 def make_backend(config: GatewayConfig) -> Backend:
-    """vLLM's protocol is the only one so far (its workers: vLLM's and Tandem's)."""
+    """The backend of ``config.backend`` ("auto" not yet resolved reads as vLLM's)."""
+    if config.backend == "sglang":
+        from tandem.gateway.backends.sglang.backend import SglangBackend
+
+        return SglangBackend.from_config(config)
     from tandem.gateway.backends.vllm.backend import VllmBackend
 
     return VllmBackend.from_config(config)
+
+
+# smg's order of asking (SGLang, then vLLM): the first service a worker answers names it.
+DETECTION_ORDER: tuple[WorkerProtocol, ...] = ("sglang", "vllm")
+# How long the first worker may take to come up and answer (it may still be starting).
+DETECT_TIMEOUT_S = 10.0
+
+
+async def detect_protocol(url: str, timeout_s: float) -> WorkerProtocol:
+    """The protocol the worker at ``url`` speaks: each one's ``HealthCheck`` in turn, the
+    first that answers (healthy or not) wins; a service it lacks answers UNIMPLEMENTED.
+
+    Raises ConnectionError when the worker does not answer within ``timeout_s`` or speaks
+    none of them.
+    """
+    from tandem.gateway.backends.sglang.client import SglangClient
+    from tandem.gateway.backends.vllm.client import VllmClient
+
+    clients: dict[WorkerProtocol, Callable[[str], SglangClient | VllmClient]] = {
+        "sglang": SglangClient,
+        "vllm": VllmClient,
+    }
+    for protocol in DETECTION_ORDER:
+        client = clients[protocol](url)
+        try:
+            if await client.speaks_protocol(timeout_s):
+                return protocol
+        except grpc.aio.AioRpcError as err:
+            raise ConnectionError(
+                f"worker {url} did not answer a health check: {err.code().name}: {err.details()}"
+            ) from None
+        finally:
+            await client.close()
+    raise ConnectionError(
+        f"worker {url} speaks none of the worker protocols ({', '.join(DETECTION_ORDER)})"
+    )
+
+
+async def resolved_backend(config: GatewayConfig) -> GatewayConfig:
+    """``config`` with ``--backend auto`` replaced by what the first configured worker
+    speaks (vLLM's when none is configured: workers added later must speak it)."""
+    if config.backend != "auto":
+        return config
+    urls = [*config.worker_urls, *config.prefill_urls, *config.decode_urls]
+    protocol: WorkerProtocol = "vllm"
+    if urls:
+        try:
+            protocol = await detect_protocol(urls[0], DETECT_TIMEOUT_S)
+        except ConnectionError as err:
+            raise SystemExit(f"tandem gateway: error: --backend auto: {err}") from None
+    log.info("worker protocol: %s (--backend auto, from %s)", protocol, urls[0] if urls else "none")
+    try:
+        return dataclasses.replace(config, backend=protocol)
+    except ValueError as err:  # a flag this protocol cannot honour: one line, by name
+        raise SystemExit(f"tandem gateway: error: {err}") from None

@@ -11,6 +11,7 @@ from tandem.gateway.auth_flags import access_config_from_args, add_access_flags
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.history.flags import add_history_flags, history_config_from_args
 from tandem.gateway.types import (
+    BACKEND_CHOICES,
     EVENT_LOOPS,
     MM_PROCESSING_MODES,
     PD_DISPATCH_MODES,
@@ -32,13 +33,47 @@ def _urls(values: list[str] | None) -> list[str]:
     return [canonical_address(u, "grpc") for group in values or [] for u in group]
 
 
+def _prefill_urls(values: list[list[str]] | None) -> tuple[list[str], dict[str, int | None]]:
+    """``--prefill URL [BOOTSTRAP_PORT] [URL [BOOTSTRAP_PORT]] …`` as smg reads it: a word that
+    is a port number or ``none`` belongs to the URL before it (SGLang's PD rendezvous)."""
+    urls: list[str] = []
+    ports: dict[str, int | None] = {}
+    for group in values or []:
+        for word in group:
+            port_word = word.strip().lower()
+            if port_word == "none" or (port_word.isascii() and port_word.isdigit()):
+                if not urls or urls[-1] in ports:
+                    raise ValueError(f"--prefill: bootstrap port {word!r} follows no URL")
+                port = None if port_word == "none" else int(port_word)
+                if port is not None and not 0 < port < 65536:
+                    raise ValueError(f"--prefill: bootstrap port {word!r} is not in 1..65535")
+                ports[urls[-1]] = port
+                continue
+            urls.append(canonical_address(word, "grpc"))
+    return urls, ports
+
+
 def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("gateway", help="the OpenAI-compatible gateway")
     p.add_argument("--host", default=_DEFAULTS.host)
     p.add_argument("--port", type=int, default=_DEFAULTS.port)
     p.add_argument("--worker-urls", nargs="+", action="append", help="aggregated workers")
     p.add_argument("--pd-disaggregation", action="store_true")
-    p.add_argument("--prefill", nargs="+", action="append", help="prefill worker URLs")
+    p.add_argument(
+        "--backend",
+        choices=BACKEND_CHOICES,
+        default=_DEFAULTS.backend,
+        help="the workers' gRPC protocol; auto asks the first configured worker "
+        "(SGLang's service first, then vLLM's)",
+    )
+    p.add_argument(
+        "--prefill",
+        nargs="+",
+        action="append",
+        metavar="URL [BOOTSTRAP_PORT]",
+        help="prefill worker URLs, each optionally followed by its bootstrap port (SGLang's "
+        "PD rendezvous; a number or 'none')",
+    )
     p.add_argument("--decode", nargs="+", action="append", help="decode worker URLs")
     p.add_argument("--policy", default=_DEFAULTS.policy)
     p.add_argument("--prefill-policy", default=_DEFAULTS.prefill_policy)
@@ -171,12 +206,15 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
     media = media_policy_from_args(args)
+    prefill_urls, bootstrap_ports = _prefill_urls(args.prefill)
     return GatewayConfig(
         host=bare_host(args.host),
         port=args.port,
         worker_urls=_urls(args.worker_urls),
         pd_disaggregation=args.pd_disaggregation,
-        prefill_urls=_urls(args.prefill),
+        prefill_urls=prefill_urls,
+        prefill_bootstrap_ports=bootstrap_ports,
+        backend=args.backend,
         decode_urls=_urls(args.decode),
         policy=args.policy,
         prefill_policy=args.prefill_policy,

@@ -9,9 +9,11 @@ from tandem.gateway.auth import ControlPlaneKey, ServingKey, check_distinct
 from tandem.gateway.history.settings import check_history_settings
 from tandem.gateway.history.store import HistoryLimits
 from tandem.gateway.types import (
+    BACKEND_CHOICES,
     MM_PROCESSING_MODES,
     PD_DISPATCH_MODES,
     TENSOR_TRANSPORT_MODES,
+    BackendChoice,
     HistoryBackend,
     MmProcessingMode,
     PdDispatch,
@@ -55,7 +57,13 @@ class GatewayConfig:
     worker_urls: list[str] = field(default_factory=list)
     pd_disaggregation: bool = False
     prefill_urls: list[str] = field(default_factory=list)
+    # The bootstrap port given after a --prefill URL (SGLang's PD rendezvous; None: "none"
+    # or not given, so the worker's own or SGLang's default), by canonical URL.
+    prefill_bootstrap_ports: dict[str, int | None] = field(default_factory=dict)
     decode_urls: list[str] = field(default_factory=list)
+    # The workers' protocol (docs/worker-protocols.md); "auto" is resolved at start-up by
+    # asking the first configured worker (gateway/backend_detect.py).
+    backend: BackendChoice = "auto"
     policy: str = "cache_aware"
     prefill_policy: str | None = None
     decode_policy: str | None = None
@@ -111,6 +119,13 @@ class GatewayConfig:
     def __post_init__(self) -> None:
         if self.mm_processing not in MM_PROCESSING_MODES:
             raise ValueError(f"--mm-processing must be one of {', '.join(MM_PROCESSING_MODES)}")
+        if self.backend not in BACKEND_CHOICES:
+            raise ValueError(f"--backend must be one of {', '.join(BACKEND_CHOICES)}")
+        if self.backend == "sglang" and self.mm_processing == "worker":
+            raise ValueError(
+                "--mm-processing worker: sglang workers take preprocessed pixels, not media "
+                "URLs; use --mm-processing auto or router"
+            )
         if self.pd_dispatch not in PD_DISPATCH_MODES:
             raise ValueError(f"--pd-dispatch must be one of {', '.join(PD_DISPATCH_MODES)}")
         if self.pd_disaggregation and not (self.prefill_urls and self.decode_urls):

@@ -14,6 +14,7 @@ from types import FrameType
 import uvicorn
 
 from tandem.gateway.app import build_app
+from tandem.gateway.backend import resolved_backend
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.state import GatewayState
 from tandem.hostport import bare_host, join_host_port
@@ -70,6 +71,7 @@ class DrainingServer(uvicorn.Server):
 
 
 async def serve(config: GatewayConfig, log_level: str = "info") -> None:
+    config = await resolved_backend(config)
     state = GatewayState(config)
     await state.start()
     sock = bind(config.host, config.port)

@@ -18,6 +18,10 @@ MmPath = Literal["router", "worker"]
 TensorTransportMode = Literal["inline", "shm", "auto"]
 # --pd-dispatch: prefill then decode, or both legs at once.
 PdDispatch = Literal["sequential", "parallel"]
+# --backend: the worker protocol the gateway speaks (docs/worker-protocols.md); "auto" asks
+# the first configured worker, in smg's order (SGLang first, then vLLM).
+WorkerProtocol = Literal["vllm", "sglang"]
+BackendChoice = Literal["auto", "vllm", "sglang"]
 # The generation routes: /v1/chat/completions, /v1/completions and /v1/responses (served
 # by the chat pipeline: its requests are chat requests, its answers are reshaped).
 Route = Literal["chat", "completions", "responses"]
@@ -30,4 +34,6 @@ MM_PROCESSING_MODES: tuple[MmProcessingMode, ...] = get_args(MmProcessingMode)
 PD_DISPATCH_MODES: tuple[PdDispatch, ...] = get_args(PdDispatch)
 TENSOR_TRANSPORT_MODES: tuple[TensorTransportMode, ...] = get_args(TensorTransportMode)
 EVENT_LOOPS: tuple[EventLoop, ...] = get_args(EventLoop)
+WORKER_PROTOCOLS: tuple[WorkerProtocol, ...] = get_args(WorkerProtocol)
+BACKEND_CHOICES: tuple[BackendChoice, ...] = get_args(BackendChoice)
 HISTORY_BACKENDS: tuple[HistoryBackend, ...] = get_args(HistoryBackend)

@@ -11,24 +11,12 @@ from __future__ import annotations
 
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest, MultimodalInputs, TensorData
+from tandem.wire.proto_bytes import field_key as _key
+from tandem.wire.proto_bytes import varint as _varint
 
 _MM_INPUTS_FIELD = 7  # GenerateRequest.mm_inputs
 _PIXEL_VALUES_FIELD = 2  # MultimodalInputs.pixel_values
 _INLINE_FIELD = 1  # TensorData.inline
-_LENGTH_DELIMITED = 2
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _key(field: int) -> bytes:
-    return _varint(field << 3 | _LENGTH_DELIMITED)
 
 
 def serialize_with_pixels(request: GenerateRequest, pixels: PixelPayload | None) -> bytes:

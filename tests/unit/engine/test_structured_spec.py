@@ -17,10 +17,10 @@ from tandem.engine.structured import StructuredCompiler, readable
 from tandem.engine.structured_spec import (
     Constraint,
     StructuredOutputError,
-    choice_grammar,
     looks_like_lark,
     unenforceable_keyword,
 )
+from tandem.wire.ebnf import choice_grammar
 
 STOP = 258  # tiny-qwen3-vl's <|im_end|>
 

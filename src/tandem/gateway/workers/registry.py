@@ -157,6 +157,12 @@ class WorkerRegistry:
             # The client waits for a worker still starting up, for the whole timeout.
             described = await client.describe(self.connect_timeout_s)
         except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNIMPLEMENTED and self.sender is not None:
+                reason = (
+                    f"it does not serve the gateway's worker protocol ({self.sender.name}); "
+                    "start the gateway with the --backend its workers speak"
+                )
+                raise WorkerUnreachableError(url, reason) from err
             raise WorkerUnreachableError(url, f"{err.code().name}: {err.details()}") from err
         return Worker(
             url=url,

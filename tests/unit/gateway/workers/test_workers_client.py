@@ -10,7 +10,8 @@ import pytest
 from workers_fake_engine import TOKENIZER_ZIP, FakeEngineWorker, free_port
 
 from tandem.gateway.backends.frames import Frame
-from tandem.gateway.backends.vllm.client import GenerateStream, VllmClient
+from tandem.gateway.backends.grpc_client import LegStream
+from tandem.gateway.backends.vllm.client import VllmClient
 from tandem.wire.proto import pb
 
 pytestmark = pytest.mark.timeout(10)
@@ -25,7 +26,7 @@ def request(rid: str = "req-1", n: int = 1) -> pb.GenerateRequest:
     )
 
 
-async def drain(stream: GenerateStream) -> list[Frame]:
+async def drain(stream: LegStream) -> list[Frame]:
     return [frame async for frame in stream]
 
 

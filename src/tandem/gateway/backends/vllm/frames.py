@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 from tandem.gateway.backends.frames import Frame
-from tandem.gateway.logprobs import LogprobEntry
+from tandem.gateway.backends.wire_logprobs import entries_from_wire
 from tandem.wire.kv_params import complete_kv_params_json
 from tandem.wire.proto import pb
 
@@ -33,17 +33,3 @@ def frame_of(message: pb.GenerateResponse) -> Frame:
         kv_params=complete_kv_params_json(done),
         media_identity=done.media_identity if done.HasField("media_identity") else None,
     )
-
-
-def entries_from_wire(logprobs: pb.OutputLogProbs) -> list[LogprobEntry]:
-    """The entries of one frame, in token order; alternatives where the worker sent them."""
-    tops = logprobs.top_logprobs
-    entries = []
-    for i, (token, value) in enumerate(
-        zip(logprobs.token_ids, logprobs.token_logprobs, strict=False)
-    ):
-        top: tuple[tuple[int, float], ...] = ()
-        if i < len(tops):
-            top = tuple(zip(tops[i].token_ids, tops[i].values, strict=False))
-        entries.append(LogprobEntry(int(token), float(value), top))
-    return entries

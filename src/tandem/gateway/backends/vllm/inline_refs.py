@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from tandem.errors import make_error
-from tandem.gateway.backends.vllm.client import MAX_MESSAGE_BYTES
+from tandem.gateway.backends.grpc_client import MAX_MESSAGE_BYTES
 from tandem.gateway.multimodal.process import media_error_to_tandem
 from tandem.gateway.workers.worker import Worker
 from tandem.media import FetchedMedia, MediaError, MediaPolicy, Resolver, fetch_all, url_scheme

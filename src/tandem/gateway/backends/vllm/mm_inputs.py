@@ -12,17 +12,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tandem.errors import make_error
-from tandem.gateway.multimodal.plan import check_anchors
+from tandem.gateway.multimodal.image_batch import (
+    checked_model_tensors,
+    expand_images,
+    take_pixel_payload,
+    wire_pixel_dtype,
+)
 from tandem.gateway.multimodal.process import ProcessedImages
 from tandem.models.info import ModelInfo
-from tandem.models.placeholders import PlaceholderCountError, expand_placeholders
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GRID_KEYS, Modality, MultimodalInputs, TensorData
-from tandem.wire.tensors import TensorCodecError, canonical_dtype, encode_into
-
-PIXEL_KEY = "pixel_values"
-PIXEL_WIRE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+from tandem.wire.tensors import TensorCodecError, encode_into
 
 
 def expand_and_assemble(
@@ -69,22 +69,9 @@ def expand_and_assemble_detached(
     Raises 400 ``multimodal_prompt_contract_mismatch`` when anchors and images differ.
     """
     wire_dtype = wire_pixel_dtype(pixel_dtype)
-    check_anchors(input_ids, info, len(processed))
-    try:
-        expanded, ranges = expand_placeholders(
-            input_ids, info.anchor_token_id, processed.tokens_per_image, info.image_token_id
-        )
-    except PlaceholderCountError as exc:  # unreachable after check_anchors; kept as a guard
-        raise make_error("multimodal_prompt_contract_mismatch", str(exc)) from exc
+    expanded, ranges = expand_images(input_ids, processed, info)
     batch = out if out is not None else MultimodalInputs()
     return expanded, batch, fill_image_batch(batch, processed, ranges, info, wire_dtype)
-
-
-def wire_pixel_dtype(pixel_dtype: str) -> str:
-    wire_dtype = canonical_dtype(pixel_dtype)
-    if wire_dtype not in PIXEL_WIRE_DTYPES:
-        raise ValueError(f"pixel wire dtype must be one of {PIXEL_WIRE_DTYPES}, got {pixel_dtype}")
-    return wire_dtype
 
 
 def fill_image_batch(
@@ -98,8 +85,7 @@ def fill_image_batch(
 
     ``ranges``: each image's ``(offset, length)`` in the expanded ids.
     """
-    tensors = _model_tensors(processed, info)
-    _check_layout(processed, tensors, info)
+    tensors = checked_model_tensors(processed, info)
     # Only now touch ``batch``: every refusal above leaves the caller's message as it was.
     batch.Clear()
     batch.modality = Modality.IMAGE
@@ -119,11 +105,7 @@ def fill_image_batch(
     batch.keep_on_cpu_keys.extend(keep_on_cpu)
     # The pixels stay outside the message (see tandem.wire.pixels): the batch is the
     # pixel-free identity, and the payload is written once, when the leg is sent.
-    lut = processed.normalize_lut
-    pixels = processed.take_pixels()
-    if lut is not None:  # raw uint8: normalized per worker when a leg is sent
-        return PixelPayload.raw(pixels, lut, wire_dtype)
-    return PixelPayload.from_array(pixels, wire_dtype)
+    return take_pixel_payload(processed, wire_dtype)
 
 
 def write_tensor(target: TensorData, array: np.ndarray, dtype: str | None = None) -> None:
@@ -132,45 +114,3 @@ def write_tensor(target: TensorData, array: np.ndarray, dtype: str | None = None
         encode_into(target, array, dtype)
     except TensorCodecError as exc:
         raise ValueError(str(exc)) from None
-
-
-def _model_tensors(processed: ProcessedImages, info: ModelInfo) -> dict[str, np.ndarray]:
-    tensors = {key: np.asarray(value) for key, value in processed.grids.items()}
-    sizes_key = info.family.pixel_sizes_key
-    if sizes_key is not None:
-        if processed.patches_per_image is None:
-            raise make_error(
-                "internal_error", f"the {info.family.name} processor gave no {sizes_key}"
-            )
-        tensors[sizes_key] = np.asarray(processed.patches_per_image, dtype=np.int64)
-    return tensors
-
-
-def _check_layout(
-    processed: ProcessedImages, tensors: dict[str, np.ndarray], info: ModelInfo
-) -> None:
-    """The processor output must match the spec's slicing, or the worker mis-slices items.
-
-    A mismatch here is a processor/spec bug, so it is a 500 and not the client's fault.
-    """
-    count = len(processed)
-    pixels = processed.pixel_values
-    if pixels is None:
-        raise RuntimeError("the pixel values of these images were already assembled")
-    problems: list[str] = []
-    if len(processed.hashes) != count:
-        problems.append(f"{len(processed.hashes)} hashes")
-    for key in info.family.batched_keys:
-        array = pixels if key == PIXEL_KEY else tensors.get(key)
-        if array is None or array.ndim == 0 or array.shape[0] != count:
-            shape = None if array is None else array.shape
-            problems.append(f"batched {key} of shape {shape}")
-    sizes_key = info.family.pixel_sizes_key
-    if sizes_key is not None and int(tensors[sizes_key].sum()) != pixels.shape[0]:
-        problems.append(f"{sizes_key} summing to {int(tensors[sizes_key].sum())}")
-    if problems:
-        raise make_error(
-            "internal_error",
-            f"image batch of {count} items has {', '.join(problems)}; "
-            f"pixel_values shape {pixels.shape}",
-        )

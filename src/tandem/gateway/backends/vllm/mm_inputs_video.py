@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tandem.errors import make_error
-from tandem.gateway.backends.vllm.mm_inputs import fill_image_batch, wire_pixel_dtype, write_tensor
+from tandem.gateway.backends.vllm.mm_inputs import fill_image_batch, write_tensor
+from tandem.gateway.multimodal.image_batch import wire_pixel_dtype
 from tandem.gateway.multimodal.plan import check_anchors, check_video_anchors
 from tandem.gateway.multimodal.process import ProcessedImages
 from tandem.gateway.multimodal.videos import ProcessedVideos

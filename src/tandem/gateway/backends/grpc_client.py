@@ -1,0 +1,249 @@
+"""What every gRPC worker client shares, whatever protocol its messages are in.
+
+The channel (options that find a restarted worker quickly), *abort-on-drop* for a leg's
+stream (a stream the caller abandons before every sample completed cancels the call and
+sends the protocol's ``Abort``, so the engine stops and frees the request's KV), the
+tokenizer archive checked against its digest, Tandem's KV release call, and closing with
+the pending aborts sent. Each protocol's client (``backends/<name>/client.py``) adds its
+messages: how it describes itself, its frames, its ``Abort``.
+
+gRPC failures surface unchanged as :class:`grpc.aio.AioRpcError`; the caller maps them
+with :func:`tandem.errors.error_from_grpc`, using :attr:`LegStream.started` to tell
+"failed to start" from "stream error".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+
+from tandem.gateway.backends.frames import Frame
+from tandem.wire.worker_marker import TANDEM_WORKER_METADATA_KEY
+
+log = logging.getLogger("tandem.gateway.workers")
+
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
+    "grpc.max_send_message_length": MAX_MESSAGE_BYTES,
+    "grpc.max_receive_message_length": MAX_MESSAGE_BYTES,
+    # gRPC's default reconnect backoff grows to two minutes. A worker restarted on its
+    # address must be found by the next health check (issue 38: back within two
+    # intervals at 1 s): the channel retries a refused connection every 0.5 s at most,
+    # a cheap failed connect while the worker is down.
+    "grpc.initial_reconnect_backoff_ms": 100,
+    "grpc.max_reconnect_backoff_ms": 500,
+}
+KV_RELEASE_METHOD = "/tandem.kv.KvTransfer/Release"
+# Call ends that happened on our side: the worker may not know the request is dead.
+_LOCAL_END_CODES = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class LegStream:
+    """Async iterator over one ``Generate`` call's frames, read into neutral frames.
+
+    Abandoning it early (``break`` out of ``async for``, cancelling the consuming
+    task, leaving ``async with`` or calling :meth:`aclose`) cancels the call and
+    sends ``Abort`` for its request id, unless a final frame already arrived for
+    each of the ``n`` samples or the worker ended the call itself.
+    """
+
+    def __init__(
+        self,
+        call: grpc.aio.UnaryStreamCall,
+        request_id: str,
+        n: int,
+        on_drop: Callable[[str], None],
+        read_frame: Callable[[Any], Frame | None],
+    ) -> None:
+        self.request_id = request_id
+        self.n = n
+        self.started = False  # a first frame arrived: later errors are stream errors
+        self._call = call
+        self._on_drop = on_drop
+        self._read_frame = read_frame
+        self._completed = 0
+        self._ended = False  # the call is over; nothing left on the worker to abort
+
+    @property
+    def completed(self) -> bool:
+        """Every sample got its final frame."""
+        return self._completed >= self.n
+
+    def __aiter__(self) -> LegStream:
+        return self
+
+    async def __anext__(self) -> Frame:
+        while True:
+            if self._ended:
+                raise StopAsyncIteration
+            try:
+                message = await self._call.read()
+            except asyncio.CancelledError:
+                self._drop()
+                raise
+            except grpc.aio.AioRpcError as err:
+                if err.code() in _LOCAL_END_CODES:
+                    self._drop()
+                self._ended = True
+                raise
+            if message is grpc.aio.EOF:
+                self._ended = True
+                raise StopAsyncIteration
+            self.started = True
+            frame = self._read_frame(message)
+            if frame is None:
+                continue  # a frame with neither a chunk nor a completion carries nothing
+            if frame.final:
+                self._completed += 1
+            return frame
+
+    async def aclose(self) -> None:
+        self._drop()
+
+    async def __aenter__(self) -> LegStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._drop()
+
+    def __del__(self) -> None:
+        # The plain ``async for … : break`` pattern drops the last reference right here.
+        with contextlib.suppress(Exception):
+            self._drop()
+
+    def _drop(self) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        if self.completed:
+            return
+        self._call.cancel()
+        self._on_drop(self.request_id)
+
+
+class GrpcWorkerClient:
+    """One gRPC channel to one worker ("host:port"): the protocol-neutral half of a
+    :class:`~tandem.gateway.workers.protocol.WorkerClient`."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        options: Sequence[tuple[str, Any]] = (),
+        abort_timeout_s: float = 5.0,
+    ) -> None:
+        self.url = url
+        self.abort_timeout_s = abort_timeout_s
+        merged = {**DEFAULT_CHANNEL_OPTIONS, **dict(options)}
+        self._channel = grpc.aio.insecure_channel(url, options=list(merged.items()))
+        self._background: set[asyncio.Task[None]] = set()
+
+    async def abort(self, request_ids: Sequence[str], timeout: float | None = None) -> None:
+        raise NotImplementedError  # each protocol's Abort message
+
+    async def answered_healthy(self, call: Awaitable[Any]) -> bool:
+        """True iff a ``HealthCheck`` call answered in time with ``healthy`` set."""
+        try:
+            reply = await call
+        except grpc.aio.AioRpcError as err:
+            log.debug("health check of %s failed: %s", self.url, err.code().name)
+            return False
+        return bool(reply.healthy)
+
+    async def answers(self, call: Awaitable[Any]) -> bool:
+        """Whether the worker serves the service of this ``HealthCheck`` call: True for any
+        answer (healthy or not), False for UNIMPLEMENTED; other failures are raised."""
+        try:
+            await call
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return False
+            raise
+        return True
+
+    async def with_marker(self, call: Any) -> tuple[Any, str]:
+        """A unary call's answer and the Tandem worker marker of its trailing metadata
+        ("" if none; :mod:`tandem.wire.worker_marker`: only Tandem workers send it)."""
+        response = await call
+        trailing = await call.trailing_metadata()
+        marker = next((str(v) for k, v in trailing or () if k == TANDEM_WORKER_METADATA_KEY), "")
+        return response, marker
+
+    async def read_tokenizer(self, chunks: AsyncIterable[Any]) -> bytes:
+        """The archive of a ``GetTokenizer`` stream, checked against its sha256."""
+        parts: list[bytes] = []
+        digest = ""
+        async for chunk in chunks:
+            parts.append(chunk.data)
+            digest = chunk.sha256  # only the final chunk carries it
+        data = b"".join(parts)
+        if not digest:
+            raise ValueError(f"tokenizer from {self.url} came without a sha256 fingerprint")
+        actual = hashlib.sha256(data).hexdigest()
+        if actual != digest.strip().lower():
+            raise ValueError(
+                f"tokenizer from {self.url} failed its sha256 check: "
+                f"expected {digest}, got {actual} over {len(data)} bytes"
+            )
+        return data
+
+    def leg_stream(
+        self,
+        call: grpc.aio.UnaryStreamCall,
+        request_id: str,
+        n: int,
+        read_frame: Callable[[Any], Frame | None],
+        on_done: Callable[[], None] | None = None,
+    ) -> LegStream:
+        """``call`` as a stream that aborts on drop; ``on_done`` runs when the call ends."""
+        if on_done is not None:
+            call.add_done_callback(lambda _call: on_done())
+        return LegStream(call, request_id, max(1, n), self._abort_in_background, read_frame)
+
+    async def release_kv(self, transfer_id: str, timeout: float = 2.0) -> bool:
+        """Tell a Tandem prefill worker to drop the KV it holds under ``transfer_id``.
+
+        Tandem's KV side channel (``tandem.kv.KvTransfer/Release``) answers on the same
+        port; other workers have no such call (their KV waits for its lease or timeout).
+        """
+        call = self._channel.unary_unary(
+            KV_RELEASE_METHOD,
+            request_serializer=lambda value: json.dumps(value).encode(),
+            response_deserializer=json.loads,
+        )
+        reply = await call({"transfer_id": transfer_id}, timeout=timeout)
+        return bool(reply.get("released"))
+
+    async def close(self, grace: float | None = None) -> None:
+        """Let pending aborts go out, then close the channel (``grace`` for live calls)."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=self.abort_timeout_s)
+        await self._channel.close(grace)
+
+    def _abort_in_background(self, request_id: str) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            log.warning("cannot abort %s on %s: no running event loop", request_id, self.url)
+            return
+        task = loop.create_task(self._abort_quietly(request_id))
+        # Keep a reference: the loop holds tasks weakly.
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _abort_quietly(self, request_id: str) -> None:
+        try:
+            await self.abort([request_id])
+            log.debug("aborted %s on %s", request_id, self.url)
+        except Exception as err:  # fire-and-forget: a failed abort must not hurt the caller
+            log.warning("abort of %s on %s failed: %s", request_id, self.url, err)
+
+    def __repr__(self) -> str:
+        return f"WorkerClient({self.url!r})"

@@ -1,0 +1,1 @@
+"""SGLang's worker protocol (``sglang.grpc.scheduler.SglangScheduler``), gateway side."""
