@@ -247,7 +247,11 @@ class EmbeddedEngine:
         self.prefix_cache.insert(keys, state.kv)
         if request.export_transfer_id:
             prompt_kv = [(k[:, : len(prompt)], v[:, : len(prompt)]) for k, v in state.kv]
-            self.kv_store.put(request.export_transfer_id, prompt_kv, prompt, keys)
+            # The media description goes with the KV (the store drops the pixels): a decode
+            # leg that carries no media reads it there (worker/kv_channel.py, Describe).
+            self.kv_store.put(
+                request.export_transfer_id, prompt_kv, prompt, keys, media=request.media
+            )
         samples = []
         for index in range(request.n):
             sample_state = state if index == 0 else _clone_state(state)

@@ -6,6 +6,11 @@ and its memory is freed. Nothing else frees it, so ``expire`` runs opportunistic
 every call that takes the lock for writing or lookup, and a periodic task of the owner
 should call it too so an idle worker does not sit on stale KV.
 
+An entry may also keep the request's media description without its pixels (the items'
+hashes and ranges, the image token, the grid tensors): a decode leg that arrives with no
+media of its own (SGLang's PD legs, docs/pd-contract.md) reads it to key its prefix cache
+as the prefill did and to place M-RoPE positions. Pixels are never held.
+
 Thread-safe: the compute thread stores entries while RPC threads read and release them.
 """
 
@@ -16,9 +21,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from tandem.engine.types import KVLayers, ModelShape
+from tandem.engine.types import KVLayers, MediaInputs, ModelShape
 
 
 class TransferNotFound(KeyError):
@@ -36,10 +42,20 @@ class HeldKv:
     block_keys: list[bytes]  # prefix-cache keys of the full blocks, may be shorter
     expires_at: float  # in the store's clock
     num_blocks: int  # ceil(len(token_ids) / block_size): the last block may be partial
+    media: MediaInputs | None = None  # pixel-free: items, image token, grids
 
     @property
     def num_tokens(self) -> int:
         return len(self.token_ids)
+
+
+def pixel_free(media: MediaInputs | None) -> MediaInputs | None:
+    """``media`` without its image and video pixels (None for no media or no items)."""
+    if media is None or not media.items:
+        return None
+    # Copies: a grid may be a view into a request's message bytes, which it would keep.
+    grids = {key: np.array(value) for key, value in media.grids.items()}
+    return MediaInputs(items=list(media.items), im_token_id=media.im_token_id, grids=grids)
 
 
 class KvStore:
@@ -106,10 +122,12 @@ class KvStore:
         kv: KVLayers,
         token_ids: Sequence[int],
         block_keys: Sequence[bytes],
+        media: MediaInputs | None = None,
     ) -> None:
         """Hold ``kv`` under ``transfer_id`` until released or the lease runs out.
 
-        The store keeps references, not copies: the caller hands ``kv`` over.
+        The store keeps references, not copies: the caller hands ``kv`` over. ``media``
+        is kept without its pixels (:func:`pixel_free`).
         """
         if not transfer_id:
             raise ValueError("transfer_id must be a non-empty string")
@@ -131,6 +149,7 @@ class KvStore:
                 block_keys=list(block_keys),
                 expires_at=now + self.lease_s,
                 num_blocks=-(-len(token_ids) // self.block_size),
+                media=pixel_free(media),
             )
             self._stored += 1
 

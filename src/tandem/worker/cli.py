@@ -8,7 +8,14 @@ from typing import Literal, get_args
 
 from tandem.log import DEFAULT_LOG_LEVEL, setup_logging
 from tandem.media.flags import add_media_flags, media_policy_from_args
-from tandem.worker.config import ENGINES, JSON_WHITESPACE, KV_CONNECTORS, ROLES, WorkerConfig
+from tandem.worker.config import (
+    ENGINES,
+    JSON_WHITESPACE,
+    KV_CONNECTORS,
+    PROTOCOLS,
+    ROLES,
+    WorkerConfig,
+)
 from tandem.worker.media_limits import add_media_limit_flags, media_limits_from_args
 
 # --mm-processor: WorkerConfig.mm_processor as a word (True: "inprocess").
@@ -19,8 +26,17 @@ _DEFAULTS = WorkerConfig()
 
 
 def add_worker_parser(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("worker", help="a vLLM-protocol gRPC worker over the embedded engine")
+    p = commands.add_parser(
+        "worker", help="a gRPC worker (vLLM or SGLang protocol) over the embedded engine"
+    )
     p.add_argument("--model", default=_DEFAULTS.model, help="built-in name or checkpoint dir")
+    p.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default=_DEFAULTS.protocol,
+        help="the worker protocol served: vllm (vllm.grpc.engine.VllmEngine) or sglang "
+        "(sglang.grpc.scheduler.SglangScheduler)",
+    )
     p.add_argument("--served-model-name", default=_DEFAULTS.served_model_name)
     p.add_argument("--host", default=_DEFAULTS.host, help="bind address")
     p.add_argument("--port", type=int, default=_DEFAULTS.port, help="0 picks a free port")
@@ -31,6 +47,13 @@ def add_worker_parser(commands: argparse._SubParsersAction) -> None:
         "required when --host is a wildcard (0.0.0.0, ::)",
     )
     p.add_argument("--role", choices=ROLES, default=_DEFAULTS.role)
+    p.add_argument(
+        "--disaggregation-bootstrap-port",
+        type=int,
+        default=_DEFAULTS.bootstrap_port,
+        help="--protocol sglang: also listen on this port, where decode workers reach the "
+        "KV of PD requests (the bootstrap port gateways send); default: the gRPC port",
+    )
     p.add_argument(
         "--language-model-only",
         action="store_true",
@@ -44,6 +67,13 @@ def add_worker_parser(commands: argparse._SubParsersAction) -> None:
     add_media_flags(p)
     add_media_limit_flags(p)
     p.add_argument("--kv-lease-secs", type=float, default=_DEFAULTS.kv_lease_s)
+    p.add_argument(
+        "--kv-pull-wait-secs",
+        type=float,
+        default=_DEFAULTS.kv_pull_wait_s,
+        help="how long a decode leg waits for its prefill's KV to appear before it fails "
+        "UNAVAILABLE",
+    )
     p.add_argument("--kv-connector", choices=KV_CONNECTORS, default=_DEFAULTS.kv_connector)
     p.add_argument("--prefix-cache-bytes", type=int, default=_DEFAULTS.prefix_cache_bytes)
     p.add_argument(
@@ -80,16 +110,19 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
     media = media_policy_from_args(args)
     return WorkerConfig(
         model=args.model,
+        protocol=args.protocol,
         served_model_name=args.served_model_name,
         host=args.host,
         port=args.port,
         advertise_host=args.advertise_host,
         role=args.role,
+        bootstrap_port=args.disaggregation_bootstrap_port,
         language_model_only=args.language_model_only,
         mm_processor=args.mm_processor == "inprocess",
         media=media,
         media_limits=media_limits_from_args(args),
         kv_lease_s=args.kv_lease_secs,
+        kv_pull_wait_s=args.kv_pull_wait_secs,
         kv_connector=args.kv_connector,
         prefix_cache_bytes=args.prefix_cache_bytes,
         threads=args.threads,

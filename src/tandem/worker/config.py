@@ -21,18 +21,26 @@ KvConnector = Literal["TandemConnector", "NixlConnector"]
 EngineKind = Literal["embedded", "null"]
 # --json-whitespace: what JSON grammars allow between tokens (engine/structured.py).
 JsonWhitespace = Literal["compact", "any"]
+# --protocol: the worker protocol served (worker/adapters.py): vLLM's
+# vllm.grpc.engine.VllmEngine or SGLang's sglang.grpc.scheduler.SglangScheduler.
+WorkerProtocol = Literal["vllm", "sglang"]
 
 ROLES: tuple[Role, ...] = get_args(Role)
 KV_CONNECTORS: tuple[KvConnector, ...] = get_args(KvConnector)
 ENGINES: tuple[EngineKind, ...] = get_args(EngineKind)
 JSON_WHITESPACE: tuple[JsonWhitespace, ...] = get_args(JsonWhitespace)
+PROTOCOLS: tuple[WorkerProtocol, ...] = get_args(WorkerProtocol)
 
 
 @dataclass(slots=True)
 class WorkerConfig:
     model: str = "tiny-qwen3-vl"
+    protocol: WorkerProtocol = "vllm"
     host: str = "127.0.0.1"
     port: int = 0
+    # SGLang: where PD partners meet (--disaggregation-bootstrap-port, SGLang's own flag):
+    # a second port of the same server with the KV side channel; None: the gRPC port.
+    bootstrap_port: int | None = None
     # The host decode workers and gateways dial (KV params, READY line); None: ``host``.
     advertise_host: str | None = None
     role: Role = "both"
@@ -45,7 +53,9 @@ class WorkerConfig:
     kv_connector: KvConnector = "TandemConnector"
     prefix_cache_bytes: int = 64 << 20
     block_size: int = 16
-    kv_pull_wait_s: float = 10.0  # how long a decode leg waits for a minted transfer id
+    # How long a decode leg waits for its prefill's KV to appear (a gateway-minted transfer
+    # id, an SGLang bootstrap room) before it fails UNAVAILABLE.
+    kv_pull_wait_s: float = 10.0
     threads: int = 1
     served_model_name: str | None = None
     engine: EngineKind = "embedded"
@@ -68,15 +78,37 @@ class WorkerConfig:
             raise ValueError(f"--json-whitespace must be one of {', '.join(JSON_WHITESPACE)}")
         if self.kv_connector not in KV_CONNECTORS:
             raise ValueError(f"--kv-connector must be one of {', '.join(KV_CONNECTORS)}")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"--protocol must be one of {', '.join(PROTOCOLS)}")
         self._check_hosts()
         if not 0 <= self.port < 65536:
             raise ValueError(f"--port must be in 0..65535, got {self.port}")
+        self._check_bootstrap_port()
         if self.kv_lease_s <= 0:
             raise ValueError("--kv-lease-secs must be positive")
+        if not self.kv_pull_wait_s >= 0:
+            raise ValueError("--kv-pull-wait-secs must be >= 0")
         if self.prefix_cache_bytes < 0:
             raise ValueError("--prefix-cache-bytes must be >= 0")
         if self.threads < 1:
             raise ValueError("--threads must be >= 1")
+
+    def _check_bootstrap_port(self) -> None:
+        port = self.bootstrap_port
+        if port is None:
+            return
+        if self.protocol != "sglang":
+            raise ValueError(
+                "--disaggregation-bootstrap-port is SGLang's rendezvous port: it needs "
+                "--protocol sglang"
+            )
+        if not 0 < port < 65536:
+            raise ValueError(f"--disaggregation-bootstrap-port must be in 1..65535, got {port}")
+        if port == self.port:
+            raise ValueError(
+                f"--disaggregation-bootstrap-port {port} is the --port already; leave it out "
+                "to use the gRPC port as the bootstrap port"
+            )
 
     def _check_hosts(self) -> None:
         self.host = check_host(self.host, "--host")

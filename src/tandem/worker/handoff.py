@@ -7,6 +7,11 @@ the decode worker where to pull it from.
 Decode leg (``do_remote_prefill``): reuse the local prefix cache, pull only the
 missing tokens (all but the last prompt position, which is recomputed) and
 release the prefill worker's lease in the same call.
+
+A decode leg that carries no media of its own (SGLang's, whose two legs meet at a
+bootstrap room) first asks the prefill worker to describe what it holds
+(:func:`import_described`): the prompt's size and digest, and the pixel-free media
+description whose items key the prefix cache exactly as the prefill keyed it.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from typing import Any, TypeGuard
 
 from tandem.engine.block_keys import block_keys
 from tandem.engine.protocol import PrefixLookup
-from tandem.engine.types import KVLayers, MediaItem
+from tandem.engine.types import KVLayers, MediaInputs, MediaItem
 from tandem.hostport import bare_host, check_host, join_host_port, split_url
-from tandem.worker.kv_channel import KvChannelClient, concat_kv
+from tandem.worker.kv_channel import KvChannelClient, concat_kv, tokens_digest
+from tandem.worker.kv_media import media_from_json
 
 log = logging.getLogger("tandem.worker.handoff")
 
@@ -119,9 +125,49 @@ async def import_kv(
     return concat_kv(parts, client.shape), have
 
 
-async def release_quietly(client: KvChannelClient, remote: RemoteKv) -> None:
-    """Tell the prefill worker to drop the KV now; a failure here only costs the lease."""
+@dataclass(slots=True)
+class DescribedKv:
+    """What a described decode leg imported: the KV, its local hits, the prefill's media."""
+
+    kv: KVLayers
+    local_cached_tokens: int
+    media: MediaInputs | None
+
+
+async def import_described(
+    client: KvChannelClient,
+    cache: PrefixLookup,
+    remote: RemoteKv,
+    prompt: list[int],
+    wait_s: float,
+) -> DescribedKv:
+    """Describe ``remote`` (waiting up to ``wait_s`` for it), then import like
+    :func:`import_kv` with the prefill's media items and no salt.
+
+    The pull itself waits for nothing: the KV is held once Describe answered.
+    """
+    reply = await client.describe(remote.address, remote.transfer_id, wait_s)
+    held = reply.get("num_tokens")
+    if held != len(prompt) or reply.get("tokens_digest") != tokens_digest(prompt):
+        raise ValueError(
+            f"transfer {remote.transfer_id!r} holds KV of {held} tokens for a different "
+            f"prompt than the decode leg's {len(prompt)} tokens"
+        )
+    media = media_from_json(reply.get("media"))
+    held_remote = RemoteKv(remote.address, remote.transfer_id, minted=False)
+    items = media.items if media else []
+    kv, hits = await import_kv(client, cache, held_remote, prompt, items, None, 0.0)
+    return DescribedKv(kv, hits, media)
+
+
+async def release_quietly(client: KvChannelClient, remote: RemoteKv, wait_s: float = 0.0) -> bool:
+    """Tell the prefill worker to drop the KV now; a failure here only costs the lease.
+
+    ``wait_s``: the KV may not be held yet (a prefill leg sent at the same time): the
+    prefill worker waits that long for it before it answers. True when it was released.
+    """
     try:
-        await client.release(remote.address, remote.transfer_id)
+        return await client.release(remote.address, remote.transfer_id, wait_s)
     except Exception as exc:
         log.info("could not release transfer %s at %s: %s", remote.transfer_id, remote.address, exc)
+        return False

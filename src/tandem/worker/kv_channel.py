@@ -1,15 +1,21 @@
 """The KV side channel: how a decode worker pulls prompt KV from a prefill worker.
 
 It is a small gRPC service of Tandem's own, ``tandem.kv.KvTransfer``, served on
-the same port as the ``VllmEngine`` service, so a worker's gRPC address is also
-its KV address. Messages are JSON requests and raw float32 frames; no .proto is
-needed because both ends are Tandem.
+the same port as the worker protocol's service (and on an SGLang worker's bootstrap
+port), so a worker's gRPC address is also its KV address. Messages are JSON requests
+and raw float32 frames; no .proto is needed because both ends are Tandem.
 
 - ``Pull``: stream the KV of tokens ``[start, end)`` held under a transfer id.
   When the id is not there yet (a gateway-minted id whose prefill is still
   running) the server waits up to ``wait_s`` for it to appear.
+- ``Describe``: ``{"transfer_id", "wait_s"}`` → ``{"transfer_id", "num_tokens",
+  "tokens_digest", "media"}`` once the id is held (waiting up to ``wait_s`` as Pull
+  does; NOT_FOUND after that). ``media`` is the held request's pixel-free media
+  description (``worker/kv_media.py``) or null: a decode leg that carries no media of
+  its own reads its items and grids there.
 - ``Release``: drop a held transfer now (the decode leg is done with it, or
-  failed before it could start).
+  failed before it could start). With ``wait_s`` it first waits that long for the id
+  to appear (a decode leg refused while its prefill is still running).
 - ``Stats``: the worker's counters as JSON (held KV blocks, cache hits, …).
 
 A frame is ``<QQ`` (first token, token count) followed by the tokens' KV as
@@ -32,9 +38,11 @@ import torch
 
 from tandem.engine.kv_store import KvStore
 from tandem.engine.types import KVLayers, ModelShape
+from tandem.worker.kv_media import media_to_json
 
 SERVICE = "tandem.kv.KvTransfer"
 FRAME_TOKENS = 256
+MAX_WAIT_S = 60.0  # the longest a Pull, Describe or Release waits for a transfer id
 _HEADER = struct.Struct("<QQ")
 
 
@@ -89,6 +97,9 @@ class KvChannelServer:
                 "Pull": grpc.unary_stream_rpc_method_handler(
                     self.pull, request_deserializer=_loads, response_serializer=_identity
                 ),
+                "Describe": grpc.unary_unary_rpc_method_handler(
+                    self.describe, request_deserializer=_loads, response_serializer=_dumps
+                ),
                 "Release": grpc.unary_unary_rpc_method_handler(
                     self.release, request_deserializer=_loads, response_serializer=_dumps
                 ),
@@ -135,15 +146,35 @@ class KvChannelServer:
             self.store.release(transfer_id)
 
     async def _wait_for(self, transfer_id: str, wait_s: float):
-        deadline = time.monotonic() + min(max(wait_s, 0.0), 60.0)
+        deadline = time.monotonic() + min(max(wait_s, 0.0), MAX_WAIT_S)
         while True:
             held = self.store.get(transfer_id)
             if held is not None or time.monotonic() >= deadline:
                 return held
             await asyncio.sleep(0.005)
 
+    async def describe(self, request: dict[str, Any], context: grpc.aio.ServicerContext):
+        transfer_id = str(request.get("transfer_id", ""))
+        held = await self._wait_for(transfer_id, _seconds(request.get("wait_s")))
+        if held is None:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"no KV held under transfer id {transfer_id!r} (not yet stored, expired, "
+                "released or unknown)",
+            )
+        return {
+            "transfer_id": transfer_id,
+            "num_tokens": held.num_tokens,
+            "tokens_digest": tokens_digest(held.token_ids),
+            "media": media_to_json(held.media),
+        }
+
     async def release(self, request: dict[str, Any], context: grpc.aio.ServicerContext):
-        return {"released": self.store.release(str(request.get("transfer_id", "")))}
+        transfer_id = str(request.get("transfer_id", ""))
+        wait_s = _seconds(request.get("wait_s"))
+        if wait_s:
+            await self._wait_for(transfer_id, wait_s)
+        return {"released": self.store.release(transfer_id)}
 
     async def get_stats(self, request: dict[str, Any], context: grpc.aio.ServicerContext):
         return self.stats()
@@ -201,11 +232,23 @@ class KvChannelClient:
             raise ValueError(f"KV pull ended at token {expected}, expected {end}")
         return concat_kv(parts, self.shape)
 
-    async def release(self, address: str, transfer_id: str) -> bool:
+    async def describe(self, address: str, transfer_id: str, wait_s: float) -> dict[str, Any]:
+        """The held transfer's size, digest and media description (waits up to ``wait_s``)."""
+        call = self._channel(address).unary_unary(
+            f"/{SERVICE}/Describe", request_serializer=_dumps, response_deserializer=_loads
+        )
+        request = {"transfer_id": transfer_id, "wait_s": wait_s}
+        reply: dict[str, Any] = await call(request, timeout=self.timeout_s + wait_s)
+        return reply
+
+    async def release(self, address: str, transfer_id: str, wait_s: float = 0.0) -> bool:
         call = self._channel(address).unary_unary(
             f"/{SERVICE}/Release", request_serializer=_dumps, response_deserializer=_loads
         )
-        reply = await call({"transfer_id": transfer_id}, timeout=5.0)
+        request: dict[str, Any] = {"transfer_id": transfer_id}
+        if wait_s:
+            request["wait_s"] = wait_s
+        reply = await call(request, timeout=5.0 + wait_s)
         return bool(reply.get("released"))
 
     async def stats(self, address: str) -> dict[str, Any]:
@@ -218,6 +261,13 @@ class KvChannelClient:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+
+
+def _seconds(value: Any) -> float:
+    """A JSON ``wait_s`` as seconds: 0 for anything that is not a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        return 0.0
+    return min(float(value), MAX_WAIT_S)
 
 
 def concat_kv(parts: list[KVLayers], shape: ModelShape) -> KVLayers:

@@ -1,7 +1,8 @@
 """Advertise this worker as a Tandem worker on ``GetServerInfo`` (``tandem.wire.worker_marker``).
 
-A server interceptor, so the servicer stays a plain ``VllmEngine`` implementation: it wraps
-only the ``GetServerInfo`` handler and adds the marker to that call's trailing metadata.
+A server interceptor, so the servicer stays a plain implementation of its protocol: it wraps
+only the active protocol's ``GetServerInfo`` handler (vLLM's unless told another,
+``worker/adapters.py`` names each) and adds the marker to that call's trailing metadata.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ log = logging.getLogger("tandem.worker")
 
 
 class TandemMarker(grpc.aio.ServerInterceptor):
-    """Adds ``tandem-worker: <version>`` to every ``GetServerInfo`` answer."""
+    """Adds ``tandem-worker: <version>`` to every answer of ``method`` (a full gRPC method
+    name, ``/package.Service/GetServerInfo``)."""
+
+    def __init__(self, method: str = GET_SERVER_INFO_METHOD) -> None:
+        self.method = method
 
     async def intercept_service(
         self,
@@ -29,7 +34,7 @@ class TandemMarker(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if (
             handler is None
-            or handler_call_details.method != GET_SERVER_INFO_METHOD
+            or handler_call_details.method != self.method
             or handler.unary_unary is None
         ):
             return handler
@@ -47,12 +52,15 @@ class TandemMarker(grpc.aio.ServerInterceptor):
         )
 
 
-def server_interceptors(advertise_as_vllm: bool) -> list[grpc.aio.ServerInterceptor]:
-    """The worker's interceptors; none with ``--test-only-advertise-as-vllm``."""
+def server_interceptors(
+    advertise_as_vllm: bool, method: str = GET_SERVER_INFO_METHOD
+) -> list[grpc.aio.ServerInterceptor]:
+    """The worker's interceptors (the marker on ``method``); none with
+    ``--test-only-advertise-as-vllm``."""
     if advertise_as_vllm:
         log.warning(
             "--test-only-advertise-as-vllm: this worker does not advertise itself as a Tandem "
             "worker; gateways will send it gateway-fetched data: URLs instead of media URLs"
         )
         return []
-    return [TandemMarker()]
+    return [TandemMarker(method)]

@@ -19,15 +19,11 @@ from tandem.engine.protocol import Engine
 from tandem.engine.runner import ModelRunner
 from tandem.hostport import join_host_port
 from tandem.models.info import ModelInfo, load_model_info
-from tandem.models.processor import load_processor
-from tandem.models.video import load_video_processor, text_encoder
+from tandem.worker.adapters import adapter_for
 from tandem.worker.config import WorkerConfig
+from tandem.worker.context import WorkerContext
 from tandem.worker.kv_channel import KvChannelClient, KvChannelServer
 from tandem.worker.marker import server_interceptors
-from tandem.worker.media_limits import MediaRefsLimits
-from tandem.worker.vllm.adapter import add_vllm_service
-from tandem.worker.vllm.leg_counter import CountingServicer
-from tandem.worker.vllm.media_refs import MediaRefsProcessor
 
 log = logging.getLogger("tandem.worker")
 
@@ -39,7 +35,8 @@ GRPC_OPTIONS = [
 
 
 class WorkerServer:
-    """One worker process: the VllmEngine service and the KV side channel on one port."""
+    """One worker process: its protocol's service and the KV side channel on one port (and,
+    for SGLang, on the bootstrap port too)."""
 
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
@@ -51,30 +48,31 @@ class WorkerServer:
             _null_engine(config, self.info) if null else _embedded_engine(config, model_dir)
         )
         shape = self.engine.shape
-        refs = None
-        if config.accepts_media_refs:
-            limits = MediaRefsLimits(config.media_limits)
-            refs = MediaRefsProcessor(
-                self.info,
-                load_processor(model_dir),
-                config.media,
-                limits,
-                video=load_video_processor(model_dir, self.info.takes_video),
-                encode=text_encoder(model_dir) if self.info.takes_video else None,
-            )
+        adapter = adapter_for(config.protocol)
         self.kv_client = KvChannelClient(shape)
         self.server = grpc.aio.server(
             options=GRPC_OPTIONS,
-            interceptors=server_interceptors(config.test_only_advertise_as_vllm),
+            interceptors=server_interceptors(
+                config.test_only_advertise_as_vllm, adapter.server_info_method
+            ),
         )
         self.port = self.server.add_insecure_port(join_host_port(config.host, config.port))
-        # Every worker counts what each PD leg brings it (bytes, pixel bytes): cheap, and
-        # how benchmarks and compatibility tests see what a gateway put on each leg.
+        self.bootstrap_port = self.port
+        if config.bootstrap_port is not None:
+            self.bootstrap_port = self.server.add_insecure_port(
+                join_host_port(config.host, config.bootstrap_port)
+            )
         # KV params name the advertised host, never the bind address (docs/operations.md).
-        self.servicer = CountingServicer(
-            config, self.info, self.engine, refs, self.kv_client, (config.dial_host, self.port)
+        context = WorkerContext(
+            config,
+            model_dir,
+            self.info,
+            self.engine,
+            self.kv_client,
+            (config.dial_host, self.port),
+            self.bootstrap_port,
         )
-        add_vllm_service(self.servicer, self.server)
+        self.servicer = adapter.serve(context, self.server)
         channel = KvChannelServer(self.engine.kv_store, shape, self.servicer.stats)
         self.server.add_generic_rpc_handlers((channel.handler(),))
         self._expiry: asyncio.Task | None = None
@@ -83,16 +81,19 @@ class WorkerServer:
         self.engine.start()
         await self.server.start()
         self._expiry = asyncio.create_task(self._expire_leases())
+        media_refs = self.config.accepts_media_refs and self.config.protocol == "vllm"
         log.info(
-            "tandem worker ready on %s, advertised as %s (engine=%s, model=%s, role=%s, "
-            "supports_vision=%s, mm_processor=%s)",
+            "tandem worker ready on %s, advertised as %s (protocol=%s, bootstrap_port=%s, "
+            "engine=%s, model=%s, role=%s, supports_vision=%s, mm_processor=%s)",
             join_host_port(self.config.host, self.port),
             self.address,
+            self.config.protocol,
+            self.bootstrap_port,
             self.config.engine,
             self.config.model_name,
             self.config.role,
             not self.config.language_model_only,
-            "inprocess" if self.config.accepts_media_refs else "off",
+            "inprocess" if media_refs else "off",
         )
 
     @property

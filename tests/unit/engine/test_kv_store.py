@@ -6,11 +6,12 @@ time, and sleeping through real seconds would make the suite slow and flaky.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from tandem.engine.kv_store import KvStore, TransferNotFound
-from tandem.engine.types import KVLayers, ModelShape
+from tandem.engine.types import KVLayers, MediaInputs, MediaItem, ModelShape
 
 SHAPE = ModelShape(num_layers=2, num_kv_heads=2, head_dim=3, vocab_size=64, max_context=256)
 BS = 4
@@ -149,3 +150,19 @@ def test_invalid_construction() -> None:
         KvStore(SHAPE, lease_s=0)
     with pytest.raises(ValueError, match="block_size"):
         KvStore(SHAPE, block_size=0)
+
+
+def test_the_media_description_is_held_without_pixels() -> None:
+    s = store()
+    grid = np.array([[1, 4, 4]], dtype=np.int64)
+    pixels = np.ones((16, 6), dtype=np.float32)
+    media = MediaInputs([MediaItem("h", 1, 4)], 9, pixels, {"image_grid_thw": grid}, pixels)
+    s.put("t", make_kv(8), list(range(8)), [b"k0", b"k1"], media=media)
+    held = s.get("t")
+    assert held is not None and held.media is not None
+    assert held.media.pixel_values is None and held.media.video_pixel_values is None
+    assert held.media.items == media.items and held.media.im_token_id == 9
+    np.testing.assert_array_equal(held.media.grids["image_grid_thw"], grid)
+    assert media.pixel_values is pixels, "the caller's media stay as they were"
+    s.put("text", make_kv(4), [1, 2, 3, 4], [])
+    assert s.get("text").media is None  # type: ignore[union-attr]

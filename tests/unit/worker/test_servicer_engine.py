@@ -20,6 +20,7 @@ from tandem.engine.runner import ModelRunner
 from tandem.models.info import load_model_info
 from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient
+from tandem.worker.sglang.leg_counter import CountingSglangServicer
 from tandem.worker.vllm.leg_counter import CountingServicer
 
 WORKER = Path(__file__).parents[3] / "src" / "tandem" / "worker"
@@ -50,17 +51,20 @@ def _engine(kind: str, model_dir: Path) -> Engine:
     return EmbeddedEngine(runner, PrefixCache(runner.shape, 1 << 20), KvStore(runner.shape))
 
 
+@pytest.mark.parametrize("protocol", ["vllm", "sglang"])
 @pytest.mark.parametrize("kind", ["null", "embedded"])
-def test_the_stats_answer_is_the_same_for_both_engines(kind: str, qwen_dir: Path) -> None:
+def test_the_stats_answer_is_the_same_for_both_engines(
+    kind: str, protocol: str, qwen_dir: Path
+) -> None:
     engine = _engine(kind, qwen_dir)
-    servicer = CountingServicer(
-        WorkerConfig(engine="null" if kind == "null" else "embedded"),
-        load_model_info(qwen_dir),
-        engine,
-        None,
-        KvChannelClient(engine.shape),
-        ("127.0.0.1", 1),
-    )
+    config = WorkerConfig(engine="null" if kind == "null" else "embedded")
+    info = load_model_info(qwen_dir)
+    client = KvChannelClient(engine.shape)
+    servicer: CountingServicer | CountingSglangServicer
+    if protocol == "vllm":
+        servicer = CountingServicer(config, info, engine, None, client, ("127.0.0.1", 1))
+    else:
+        servicer = CountingSglangServicer(config, info, engine, client, 1)
     stats = servicer.stats()
     assert set(stats) == STATS_KEYS
     assert stats["requests_by_outcome"] == {}
@@ -70,7 +74,16 @@ def test_the_stats_answer_is_the_same_for_both_engines(kind: str, qwen_dir: Path
 
 # The process (server.py) builds the concrete engines; every other worker module uses the
 # protocol, so that they cannot come to depend on one engine's insides.
-PROTOCOL_ONLY = ["vllm/servicer.py", "handoff.py", "kv_channel.py", "vllm/leg_counter.py"]
+PROTOCOL_ONLY = [
+    "vllm/servicer.py",
+    "vllm/leg_counter.py",
+    "sglang/servicer.py",
+    "sglang/leg_counter.py",
+    "handoff.py",
+    "kv_channel.py",
+    "refusals.py",
+    "context.py",
+]
 CONCRETE = {
     "tandem.engine.core",
     "tandem.engine.null",
@@ -109,6 +122,6 @@ def test_worker_modules_use_only_the_protocols_members() -> None:
     # The runner and the prefix cache are the embedded engine's own parts: the worker asks
     # the engine instead (``engine.shape``, ``engine.match_prefix``, ``engine.counters()``).
     members = {name for name in dir(Engine) if not name.startswith("_")}
-    for name in [*PROTOCOL_ONLY, "server.py"]:
+    for name in [*PROTOCOL_ONLY, "server.py", "vllm/adapter.py", "sglang/adapter.py"]:
         used = _engine_attributes(ast.parse((WORKER / name).read_text()))
         assert used <= members, f"{name} reads {sorted(used - members)} off its engine"

@@ -1,4 +1,5 @@
-"""What a worker says about itself: model info, server info, loads, tokenizer files.
+"""What a worker says about itself: model info, server info, loads (tokenizer files:
+``worker/tokenizer_files.py``).
 
 Capabilities are advertised honestly: a language-model-only worker reports
 ``supports_vision=false`` and no media processor, so gateways never send it
@@ -8,34 +9,16 @@ pixels or media refs.
 from __future__ import annotations
 
 import functools
-import hashlib
-import io
 import json
 import time
-import zipfile
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from tandem import __version__
 from tandem.models.info import ModelInfo
-from tandem.wire.proto import common, pb
+from tandem.wire.proto import pb
 from tandem.wire.shm import shm_namespace_id
 from tandem.worker.config import Role, WorkerConfig
 
-# Files a gateway needs to tokenize, render chat and preprocess images like the worker.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "preprocessor_config.json",
-    "video_preprocessor_config.json",
-    "processor_config.json",
-    "config.json",
-    "generation_config.json",
-)
-TOKENIZER_CHUNK = 1 << 20
 KV_ROLES: dict[Role, str] = {"prefill": "kv_producer", "decode": "kv_consumer", "both": "kv_both"}
 
 
@@ -102,22 +85,3 @@ def loads(running: int, waiting: int) -> pb.GetLoadsResponse:
         dp_rank_count=1,
         loads=[load],
     )
-
-
-def tokenizer_archive(info: ModelInfo) -> bytes:
-    """The tokenizer, chat template and processor files as one zip."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name in TOKENIZER_FILES:
-            path = info.model_dir / name
-            if path.is_file():
-                archive.write(path, arcname=name)
-    return buffer.getvalue()
-
-
-def tokenizer_chunks(archive: bytes) -> Iterator[common.GetTokenizerChunk]:
-    digest = hashlib.sha256(archive).hexdigest()
-    chunks = [archive[i : i + TOKENIZER_CHUNK] for i in range(0, len(archive), TOKENIZER_CHUNK)]
-    for index, chunk in enumerate(chunks or [b""]):
-        last = index == len(chunks) - 1 or not chunks
-        yield common.GetTokenizerChunk(data=chunk, sha256=digest if last else "")

@@ -1,9 +1,9 @@
 """``vllm.grpc.engine.VllmEngine`` over a Tandem engine (``engine.protocol.Engine``).
 
-Error mapping: a request the worker cannot serve as sent (bad shape, bad
-tensors, refused media, a pixel-less leg without KV) is INVALID_ARGUMENT with
-a readable message; a transient media or KV-pull failure is UNAVAILABLE; a bug
-is INTERNAL. None of them stops the worker.
+Error mapping (``worker/refusals.py``, shared with the other protocols): a request the
+worker cannot serve as sent (bad shape, bad tensors, refused media, a pixel-less leg
+without KV) is INVALID_ARGUMENT with a readable message; a transient media or KV-pull
+failure is UNAVAILABLE; a bug is INTERNAL. None of them stops the worker.
 
 Structured outputs: the constraint is compiled while planning (`worker/output_plan.py`), so a
 bad schema, regex or grammar is INVALID_ARGUMENT with ``invalid_structured_output`` before
@@ -24,11 +24,8 @@ from typing import Any
 import grpc
 
 from tandem.engine.protocol import Engine
-from tandem.engine.refusals import RefusedField
 from tandem.engine.request import EngineOutput, EngineRequest
 from tandem.engine.types import MediaInputs
-from tandem.errors import WORKER_ERROR_CODE_KEY
-from tandem.media import MediaError
 from tandem.models.info import ModelInfo
 from tandem.wire.kv_params import request_kv_params
 from tandem.wire.proto import MediaIdentity, pb, pb_grpc
@@ -36,7 +33,14 @@ from tandem.wire.requests import has_media_refs, has_mm_inputs, sampling_n
 from tandem.worker import handoff
 from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient
-from tandem.worker.output_plan import CompilerSaturated, plan_outputs
+from tandem.worker.output_plan import plan_outputs
+from tandem.worker.refusals import (
+    KvImportError,
+    RequestRefused,
+    generation_refusal,
+    planning_refusal,
+)
+from tandem.worker.tokenizer_files import tokenizer_archive, tokenizer_chunks
 from tandem.worker.vllm import info
 from tandem.worker.vllm.inputs import (
     LMO_REASON,
@@ -49,22 +53,6 @@ from tandem.worker.vllm.logprobs import output_logprobs
 from tandem.worker.vllm.media_refs import MediaRefsProcessor, build_media_identity
 
 log = logging.getLogger("tandem.worker")
-
-
-class RequestRefused(Exception):
-    """``code``: the catalogued client error behind the refusal, sent in trailing metadata."""
-
-    def __init__(self, status: grpc.StatusCode, message: str, code: str = "") -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-
-    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
-        return ((WORKER_ERROR_CODE_KEY, self.code),) if self.code else ()
-
-
-class KvImportError(Exception):
-    """Pulling the prompt's KV from the prefill worker failed (retryable elsewhere)."""
 
 
 @dataclass(slots=True)
@@ -93,7 +81,7 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
         self.advertised = advertised
         self.engine_id = f"tandem-{uuid.uuid4().hex[:12]}"
         self.started = time.monotonic()
-        self._archive = info.tokenizer_archive(model)
+        self._archive = tokenizer_archive(model)
 
     # -- Generate -----------------------------------------------------------------------
 
@@ -114,13 +102,9 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
         try:
             async for response in self._run(request, plan):
                 yield response
-        except ValueError as exc:
-            code = exc.code if isinstance(exc, RefusedField) else ""
-            metadata = ((WORKER_ERROR_CODE_KEY, code),) if code else ()
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc), metadata)
         except Exception as exc:
-            log.exception("request %s failed", rid)
-            await context.abort(grpc.StatusCode.INTERNAL, f"engine failure: {exc}")
+            refused = generation_refusal(exc, rid)
+            await context.abort(refused.status, str(refused), refused.trailing_metadata())
 
     async def _plan(self, request: pb.GenerateRequest, rid: str) -> _Plan:
         remote: handoff.RemoteKv | None = None
@@ -129,32 +113,11 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
             if handoff.wants_import(params):
                 remote = handoff.RemoteKv.from_params(params)
             return await self._build(request, rid, params, remote)
-        except (ValueError, MediaError, CompilerSaturated) as exc:
+        except Exception as exc:
             if remote is not None:
                 # This decode leg will never pull: free the prefill's KV now, not at lease end.
                 await handoff.release_quietly(self.kv_client, remote)
-            retry = isinstance(exc, MediaError | CompilerSaturated) and exc.retryable
-            status = grpc.StatusCode.UNAVAILABLE if retry else grpc.StatusCode.INVALID_ARGUMENT
-            code = exc.code if isinstance(exc, MediaError | RefusedField) else ""
-            raise RequestRefused(status, str(exc), code) from None
-        except KvImportError as exc:
-            if remote is not None:
-                await handoff.release_quietly(self.kv_client, remote)
-            log.warning("request %s: KV import failed: %s", rid, exc)
-            raise RequestRefused(
-                grpc.StatusCode.UNAVAILABLE, f"could not pull KV from the prefill worker: {exc}"
-            ) from None
-        except Exception as exc:
-            # A bug, not a transient failure: INTERNAL, marked so that the gateway does not
-            # retry it elsewhere (and fetch the request's media again for nothing).
-            if remote is not None:
-                await handoff.release_quietly(self.kv_client, remote)
-            log.exception("request %s: planning failed", rid)
-            raise RequestRefused(
-                grpc.StatusCode.INTERNAL,
-                f"worker failure while planning the request: {type(exc).__name__}",
-                "internal_error",
-            ) from None
+            raise planning_refusal(exc, rid) from None
 
     async def _build(
         self,
@@ -303,7 +266,7 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
         return info.loads(self.engine.num_running, self.engine.num_waiting)
 
     async def GetTokenizer(self, request, context):
-        for chunk in info.tokenizer_chunks(self._archive):
+        for chunk in tokenizer_chunks(self._archive):
             yield chunk
 
     async def SubscribeKvEvents(self, request: Any, context: grpc.aio.ServicerContext) -> None:

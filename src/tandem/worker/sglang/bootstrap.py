@@ -1,0 +1,80 @@
+"""PD over SGLang's bootstrap rooms: which leg a request is, and where its KV lives.
+
+Both legs of a PD request carry the same ``request_id`` and the same
+``disaggregated_params`` {bootstrap_host, bootstrap_port, bootstrap_room}; the worker's
+``--role`` says which leg it serves. The prefill worker holds the prompt KV under
+``room_transfer_id(request_id, room)``; the decode worker dials
+``bootstrap_host:bootstrap_port`` (the prefill's KV side channel: its gRPC port or its
+``--disaggregation-bootstrap-port``) and pulls it from there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tandem.hostport import check_host, join_host_port
+from tandem.wire.sglang import room_transfer_id, spb
+from tandem.worker.config import Role
+from tandem.worker.handoff import RemoteKv
+
+Leg = Literal["aggregated", "prefill", "decode"]
+
+NOT_DISAGGREGATED = (
+    "disaggregated_params sent to a worker that is not disaggregated (--role both); send "
+    "PD legs to --role prefill and --role decode workers, or leave disaggregated_params out"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Bootstrap:
+    host: str
+    port: int
+    room: int
+
+    def transfer_id(self, request_id: str) -> str:
+        return room_transfer_id(request_id, self.room)
+
+
+def bootstrap_of(request: spb.GenerateRequest) -> Bootstrap | None:
+    if not request.HasField("disaggregated_params"):
+        return None
+    params = request.disaggregated_params
+    if params.bootstrap_room < 0:
+        raise ValueError(
+            f"disaggregated_params.bootstrap_room must be >= 0, got {params.bootstrap_room}"
+        )
+    return Bootstrap(params.bootstrap_host, params.bootstrap_port, params.bootstrap_room)
+
+
+def leg_of(request: spb.GenerateRequest, role: Role) -> Leg:
+    """The leg a request is on this worker (no checks: the leg counter uses it too)."""
+    if not request.HasField("disaggregated_params") or role == "both":
+        return "aggregated"
+    return role
+
+
+def check_leg(bootstrap: Bootstrap | None, role: Role) -> Leg:
+    if bootstrap is None:
+        return "aggregated"  # a prefill or decode worker serves a plain request whole
+    if role == "both":
+        raise ValueError(NOT_DISAGGREGATED)
+    return role
+
+
+def prefill_kv(bootstrap: Bootstrap, request_id: str) -> RemoteKv:
+    """Where a decode leg's KV lives: the prefill's bootstrap address and the room's id."""
+    host = bootstrap.host
+    if not host:
+        raise ValueError(
+            "disaggregated_params.bootstrap_host is empty: the decode leg needs "
+            "the prefill worker's host"
+        )
+    host = check_host(host, "disaggregated_params.bootstrap_host")
+    if not 0 < bootstrap.port < 65536:
+        raise ValueError(
+            f"disaggregated_params.bootstrap_port must be in 1..65535, got {bootstrap.port}"
+        )
+    address = join_host_port(host, bootstrap.port)
+    # minted: the prefill leg runs at the same time and may not have stored the KV yet.
+    return RemoteKv(address, bootstrap.transfer_id(request_id), minted=True)
