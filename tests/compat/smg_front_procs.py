@@ -61,16 +61,27 @@ def start_pd_workers(model: str, *extra: str) -> tuple[Proc, Proc]:
 
 
 class Smg:
-    """One ``smg launch`` in PD mode in front of a prefill and a decode worker."""
+    """One ``smg launch`` in front of Tandem workers: in PD mode over a prefill and a
+    decode worker, or over the workers ``worker_args`` name (smg's own flags)."""
 
-    def __init__(self, prefill: Proc, decode: Proc, model: str, mm_processing: str) -> None:
+    def __init__(
+        self,
+        prefill: Proc | None,
+        decode: Proc | None,
+        model: str,
+        mm_processing: str,
+        worker_args: list[str] | None = None,
+    ) -> None:
         self.port, self.metrics_port = free_port(), free_port()
         argv = [str(ensure_smg()), "launch", "--host", HOST, "--port", str(self.port)]
         argv += ["--prometheus-host", HOST, "--prometheus-port", str(self.metrics_port)]
         argv += ["--mm-processing", mm_processing, "--log-level", "warn"]
         argv += ["--shutdown-grace-period-secs", "1"]  # nothing is in flight at teardown
-        argv += ["--pd-disaggregation", "--prefill", f"grpc://{prefill.address}"]
-        argv += ["--decode", f"grpc://{decode.address}"]
+        if worker_args is None:
+            assert prefill is not None and decode is not None
+            worker_args = ["--pd-disaggregation", "--prefill", f"grpc://{prefill.address}"]
+            worker_args += ["--decode", f"grpc://{decode.address}"]
+        argv += worker_args
         self.proc, _ = _spawn(argv, ["smg", mm_processing, model])
         self.base_url = f"http://{HOST}:{self.port}/v1"
         try:
