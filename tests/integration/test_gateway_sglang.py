@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,8 @@ def procs(model_cache: Path):
         for name, args in WORKERS.items():
             names.append(f"{family}-{name}")
             specs.append(["worker", "--model", model, *args])
+    names.append("qwen-sglang-prefill-doomed")
+    specs.append(["worker", "--model", MODELS["qwen"], *WORKERS["sglang-prefill"]])
     workers = dict(zip(names, start_all(specs), strict=True))
     gw_names, gw_specs = [], []
     for family in MODELS:
@@ -59,7 +62,29 @@ def procs(model_cache: Path):
             ],
             [*base, "--worker-urls", w["vllm-both"]],
         ]
+    # Every second pair's prefill leg meets a dead worker (its health checks too slow to
+    # notice): the leg fails to start, the decode leg is dropped, the pair is retried.
+    qwen = {name: workers[f"qwen-{name}"].address for name in WORKERS}
+    gw_names.append("qwen-sglang-retry")
+    gw_specs.append(
+        [
+            "gateway",
+            "--port",
+            "0",
+            "--pd-disaggregation",
+            "--prefill",
+            workers["qwen-sglang-prefill-doomed"].address,
+            qwen["sglang-prefill"],
+            "--decode",
+            qwen["sglang-decode"],
+            "--prefill-policy",
+            "round_robin",
+            "--health-check-interval-secs",
+            "600",
+        ]
+    )
     gateways = dict(zip(gw_names, start_all(gw_specs), strict=True))
+    workers["qwen-sglang-prefill-doomed"].stop(signal.SIGKILL)
     yield {**workers, **{f"gw:{k}": v for k, v in gateways.items()}}
     for proc in [*gateways.values(), *workers.values()]:
         proc.stop()
@@ -289,3 +314,21 @@ async def test_client_disconnect_aborts_both_legs_and_frees_the_kv(procs) -> Non
     else:
         raise AssertionError("the decode worker was never told to abort")
     assert (await stats(prefill))["held_kv_blocks"] == 0
+
+
+async def test_a_prefill_leg_that_fails_to_start_is_retried_and_its_partner_dropped(procs) -> None:
+    msgs = messages(0, text="Say something")
+    expected = ask(procs["gw:qwen-vllm-agg"], "qwen", msgs)
+    for _ in range(4):  # round robin: two of these meet the dead prefill worker first
+        assert ask(procs["gw:qwen-sglang-retry"], "qwen", msgs) == expected
+    retries = procs["gw:qwen-sglang-retry"].count("retrying on another pair")
+    assert retries >= 2
+    decode = procs["qwen-sglang-decode"].address
+
+    for _ in range(100):  # the dropped decode legs end on their worker too
+        if (await stats(decode))["running"] == 0:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        raise AssertionError("decode legs of failed pairs still run on the decode worker")
+    assert (await stats(procs["qwen-sglang-prefill"].address))["held_kv_blocks"] == 0

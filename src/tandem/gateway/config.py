@@ -126,6 +126,11 @@ class GatewayConfig:
                 "--mm-processing worker: sglang workers take preprocessed pixels, not media "
                 "URLs; use --mm-processing auto or router"
             )
+        if self.backend == "sglang" and self.mm_tensor_transport == "shm":
+            raise ValueError(
+                "--multimodal-tensor-transport shm: sglang's tensors travel inline only; "
+                "use inline or auto"
+            )
         if self.pd_dispatch not in PD_DISPATCH_MODES:
             raise ValueError(f"--pd-dispatch must be one of {', '.join(PD_DISPATCH_MODES)}")
         if self.pd_disaggregation and not (self.prefill_urls and self.decode_urls):

@@ -144,6 +144,7 @@ class GrpcWorkerClient:
         merged = {**DEFAULT_CHANNEL_OPTIONS, **dict(options)}
         self._channel = grpc.aio.insecure_channel(url, options=list(merged.items()))
         self._background: set[asyncio.Task[None]] = set()
+        self._no_loads = False
 
     async def abort(self, request_ids: Sequence[str], timeout: float | None = None) -> None:
         raise NotImplementedError  # each protocol's Abort message
@@ -167,6 +168,26 @@ class GrpcWorkerClient:
                 return False
             raise
         return True
+
+    async def read_load(self, call: Awaitable[Any]) -> tuple[int, int] | None:
+        """A ``GetLoads`` answer summed over the engine's ranks, (running, waiting) (vLLM's
+        and SGLang's ``SchedulerLoad`` name the counts alike); None once the worker said
+        it has none."""
+        if self._no_loads:
+            return None
+        try:
+            reply = await call
+        except grpc.aio.AioRpcError as err:
+            if err.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self._no_loads = True  # not asked again
+                return None
+            raise
+        if not reply.loads:
+            return None
+        return (
+            sum(int(load.num_running_reqs) for load in reply.loads),
+            sum(int(load.num_waiting_reqs) for load in reply.loads),
+        )
 
     async def with_marker(self, call: Any) -> tuple[Any, str]:
         """A unary call's answer and the Tandem worker marker of its trailing metadata

@@ -1,5 +1,7 @@
 """Background health checks: call ``HealthCheck`` on every worker, every few seconds.
 
+A healthy worker is also asked for its engine's queue (``GetLoads``, into
+``Worker.engine_load``), which load-aware policies read beside this gateway's own count.
 A failed or unhealthy answer marks the worker unhealthy (policies stop seeing it)
 and counts as a breaker failure; a healthy answer marks it healthy again and
 counts as a breaker success. When checks had failed too (the worker was down), a
@@ -15,9 +17,12 @@ import asyncio
 import contextlib
 import logging
 
+import grpc
+
 from tandem.gateway import metrics
+from tandem.gateway.workers.protocol import WorkerClient
 from tandem.gateway.workers.registry import WorkerRegistry
-from tandem.gateway.workers.worker import Worker
+from tandem.gateway.workers.worker import EngineLoad, Worker
 
 log = logging.getLogger("tandem.gateway.workers")
 
@@ -85,6 +90,7 @@ class HealthChecker:
         if healthy != worker.healthy:
             log.warning("worker %s is now %s", worker.url, "healthy" if healthy else "unhealthy")
         worker.healthy = healthy
+        worker.engine_load = await self._load(client, worker) if ok else None
         metrics.WORKER_HEALTHY.labels(worker.url).set(1 if healthy else 0)
         if ok and failed_before:
             # Back after checks failed too (down, restarted): a check begun since the
@@ -97,6 +103,14 @@ class HealthChecker:
             worker.breaker.record_failure()
         metrics.CIRCUIT_OPEN.labels(worker.url).set(1 if worker.breaker.state == "open" else 0)
         return ok
+
+    async def _load(self, client: WorkerClient, worker: Worker) -> EngineLoad | None:
+        """The engine's queue for load-aware policies; None when it cannot say now."""
+        try:
+            return await asyncio.wait_for(client.engine_load(self.timeout_s), self.timeout_s * 2)
+        except (TimeoutError, grpc.aio.AioRpcError) as err:
+            log.debug("loads of %s not read: %r", worker.url, err)
+            return None
 
     async def _run(self) -> None:
         while True:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
 
 from tandem.gateway.backends.frames import Frame
-from tandem.gateway.workers.worker import Worker
+from tandem.gateway.workers.worker import EngineLoad, Worker
 from tandem.wire.pixels import PixelPayload
 
 # One protocol's request message for one leg. Only that protocol's folder reads or writes
@@ -57,6 +57,10 @@ class WorkerClient(Protocol):
         ...
 
     async def health_check(self, timeout: float = 2.0) -> bool: ...
+
+    async def engine_load(self, timeout: float = 2.0) -> EngineLoad | None:
+        """The engine's queue from its ``GetLoads`` (None: it reports none)."""
+        ...
 
     async def get_tokenizer(self, timeout: float | None = None) -> bytes:
         """The worker's tokenizer archive (zip bytes), checked against its digest."""

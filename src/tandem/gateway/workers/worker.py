@@ -24,6 +24,15 @@ DEVICE_NORMALIZE_LABEL = "mm_device_do_normalize"
 SHM_NAMESPACE_LABEL = "shm_namespace_id"
 
 
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """What a worker's engine reported of its queue at the last health check (``GetLoads``):
+    every gateway's requests, where ``Worker.in_flight`` counts this gateway's only."""
+
+    running: int
+    waiting: int
+
+
 @dataclass(slots=True)
 class Worker:
     url: str  # "host:port" of the worker's gRPC server
@@ -33,6 +42,17 @@ class Worker:
     healthy: bool = True
     in_flight: int = 0  # requests the gateway has open on this worker (policies read it)
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
+    engine_load: EngineLoad | None = None  # None: not reported (or the last check failed)
+
+    @property
+    def load(self) -> int:
+        """Requests on this worker as load-aware policies count them: this gateway's own
+        (exact, now) or the engine's reported queue (all gateways', one interval old),
+        whichever is more."""
+        reported = self.engine_load
+        if reported is None:
+            return self.in_flight
+        return max(self.in_flight, reported.running + reported.waiting)
 
     @property
     def supports_vision(self) -> bool:

@@ -30,6 +30,7 @@ from tandem.gateway.backends.frames import Frame
 from tandem.gateway.backends.vllm.frames import frame_of
 from tandem.gateway.backends.vllm.labels import model_id_of, worker_labels
 from tandem.gateway.workers.protocol import WorkerClient, WorkerDescription
+from tandem.gateway.workers.worker import EngineLoad
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest, pb
 from tandem.wire.worker_marker import TANDEM_WORKER_METADATA_KEY
@@ -210,6 +211,7 @@ class FakeWorkers:
     releases: list[tuple[str, str]] = field(default_factory=list)  # (url, transfer id)
     release_error: grpc.aio.AioRpcError | None = None
     clients: dict[str, FakeWorkerClient] = field(default_factory=dict)
+    loads: dict[str, EngineLoad] = field(default_factory=dict)  # GetLoads, by URL
 
     def factory(self, url: str) -> WorkerClient:
         """The registry's ``client_factory``: one fake client per worker URL."""
@@ -264,6 +266,9 @@ class FakeWorkerClient:
 
     async def health_check(self, timeout: float = 2.0) -> bool:
         return True
+
+    async def engine_load(self, timeout: float = 2.0) -> EngineLoad | None:
+        return self.workers.loads.get(self.url)  # what a test says the engine reports
 
     async def get_loads(
         self, timeout: float | None = None, dp_rank: int | None = None

@@ -12,8 +12,11 @@ import pytest
 from tandem.cli import build_parser
 from tandem.gateway import backend as backend_module
 from tandem.gateway.backend import detect_protocol, make_backend, resolved_backend
+from tandem.gateway.backends.sglang.client import SglangClient
+from tandem.gateway.backends.vllm.client import VllmClient
 from tandem.gateway.cli import config_from_args
 from tandem.gateway.config import GatewayConfig
+from tandem.gateway.workers.worker import EngineLoad
 from tandem.wire.proto import pb, pb_grpc
 from tandem.wire.sglang import spb, spb_grpc
 
@@ -72,12 +75,21 @@ def test_a_stray_or_bad_bootstrap_port_is_refused(words: list[str], match: str) 
 def test_worker_side_media_cannot_go_to_sglang_workers() -> None:
     with pytest.raises(ValueError, match="preprocessed pixels"):
         GatewayConfig(backend="sglang", mm_processing="worker")
+    with pytest.raises(ValueError, match="inline only"):
+        GatewayConfig(backend="sglang", mm_tensor_transport="shm")
     assert make_backend(GatewayConfig()).name == "vllm"  # auto, unresolved
 
 
 class _Sglang(spb_grpc.SglangSchedulerServicer):
     async def HealthCheck(self, request, context):
         return spb.HealthCheckResponse(healthy=False, message="starting")  # still SGLang
+
+    async def GetLoads(self, request, context):
+        assert "core" in request.include  # what smg asks for too
+        ranks = [
+            spb.SchedulerLoad(dp_rank=r, num_running_reqs=2, num_waiting_reqs=r) for r in (0, 1)
+        ]
+        return spb.GetLoadsResponse(dp_rank_count=2, loads=ranks)
 
 
 class _Vllm(pb_grpc.VllmEngineServicer):
@@ -125,3 +137,17 @@ async def test_a_worker_that_is_not_there_stops_the_start_with_one_line(
         await detect_protocol("127.0.0.1:1", 0.5)
     with pytest.raises(SystemExit, match="--backend auto"):
         await resolved_backend(GatewayConfig(worker_urls=["127.0.0.1:1"]))
+
+
+async def test_engine_loads_are_summed_over_ranks_and_absent_ones_not_asked_again(
+    sglang_url: str, vllm_url: str
+) -> None:
+    sglang = SglangClient(sglang_url)
+    vllm = VllmClient(vllm_url)  # its worker has no GetLoads: UNIMPLEMENTED
+    try:
+        assert await sglang.engine_load(5.0) == EngineLoad(running=4, waiting=1)
+        assert await vllm.engine_load(5.0) is None
+        assert await vllm.engine_load(5.0) is None
+    finally:
+        await sglang.close()
+        await vllm.close()

@@ -15,7 +15,7 @@ from tandem.gateway.workers.policies import (
     SelectionInput,
     make_policy,
 )
-from tandem.gateway.workers.worker import Worker
+from tandem.gateway.workers.worker import EngineLoad, Worker
 
 REQ = SelectionInput(token_ids=[1, 2, 3], request_id="r")
 
@@ -75,6 +75,9 @@ def test_least_load_takes_minimum_and_rotates_ties() -> None:
     assert picks == [workers[1], workers[2], workers[1], workers[2]]
     workers[2].in_flight = 0
     assert policy.select(workers, REQ) is workers[2]
+    # Another gateway's traffic, as the engine reports it: worker 2 is the busiest now.
+    workers[2].engine_load = EngineLoad(running=4, waiting=2)
+    assert policy.select(workers, REQ) is not workers[2]
 
 
 def test_factory_rejects_unknown_names_listing_valid_ones() -> None:

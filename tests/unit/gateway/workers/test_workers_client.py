@@ -12,6 +12,7 @@ from workers_fake_engine import TOKENIZER_ZIP, FakeEngineWorker, free_port
 from tandem.gateway.backends.frames import Frame
 from tandem.gateway.backends.grpc_client import LegStream
 from tandem.gateway.backends.vllm.client import VllmClient
+from tandem.gateway.workers.worker import EngineLoad
 from tandem.wire.proto import pb
 
 pytestmark = pytest.mark.timeout(10)
@@ -174,6 +175,7 @@ async def test_info_health_and_loads(fake_worker: FakeEngineWorker, client: Vllm
     assert server.mm_processor == "inprocess"
     loads = await asyncio.wait_for(client.get_loads(timeout=WAIT), WAIT)
     assert loads.loads[0].num_running_reqs == 2
+    assert await client.engine_load(timeout=WAIT) == EngineLoad(running=2, waiting=1)
     assert await client.health_check(timeout=WAIT) is True
     fake_worker.state.healthy = False
     assert await client.health_check(timeout=WAIT) is False

@@ -13,7 +13,7 @@ from workers_fake_engine import FakeEngineWorker, make_client
 from tandem.gateway.workers.breaker import CircuitBreaker
 from tandem.gateway.workers.health import HealthChecker
 from tandem.gateway.workers.registry import WorkerRegistry
-from tandem.gateway.workers.worker import Worker
+from tandem.gateway.workers.worker import EngineLoad, Worker
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -59,6 +59,22 @@ async def test_unhealthy_answer_and_recovery(
     fake_worker.state.healthy = True
     assert await checker.check_once() == {worker.url: True}
     assert worker.available and worker.breaker.consecutive_failures == 0
+
+
+async def test_a_healthy_worker_reports_its_engine_queue_for_the_policies(
+    registry: WorkerRegistry, fake_worker: FakeEngineWorker
+) -> None:
+    worker = await registry.add(fake_worker.url)
+    checker = HealthChecker(registry, interval_s=1.0, timeout_s=0.5, unhealthy_after=1)
+    assert worker.engine_load is None and worker.load == 0
+    await checker.check_once()
+    assert worker.engine_load == EngineLoad(running=2, waiting=1)  # the fake's GetLoads
+    assert worker.load == 3  # the engine's queue: more than this gateway has in flight
+    worker.in_flight = 5
+    assert worker.load == 5
+    fake_worker.state.healthy = False
+    await checker.check_once()
+    assert worker.engine_load is None  # a failed check leaves no stale figure behind
 
 
 async def test_one_failed_check_is_not_an_outage(

@@ -18,6 +18,7 @@ from tandem.gateway.backends.sglang.frames import frame_of
 from tandem.gateway.backends.sglang.labels import model_id_of, worker_labels
 from tandem.gateway.backends.sglang.splice import serialize_with_pixels
 from tandem.gateway.workers.protocol import WorkerDescription
+from tandem.gateway.workers.worker import EngineLoad
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.sglang import GENERATE_METHOD, spb, spb_grpc
 
@@ -72,6 +73,10 @@ class SglangClient(GrpcWorkerClient):
     async def get_loads(self, timeout: float | None = None) -> spb.GetLoadsResponse:
         request = spb.GetLoadsRequest(include=list(LOAD_SECTIONS))
         return await self._stub.GetLoads(request, timeout=timeout)
+
+    async def engine_load(self, timeout: float = 2.0) -> EngineLoad | None:
+        counts = await self.read_load(self.get_loads(timeout))
+        return EngineLoad(*counts) if counts is not None else None
 
     async def get_tokenizer(self, timeout: float | None = None) -> bytes:
         """The worker's tokenizer archive (zip bytes), checked against its sha256."""

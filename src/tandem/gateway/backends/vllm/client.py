@@ -15,6 +15,7 @@ from tandem.gateway.backends.grpc_client import GrpcWorkerClient, LegStream
 from tandem.gateway.backends.vllm.frames import frame_of
 from tandem.gateway.backends.vllm.labels import model_id_of, worker_labels
 from tandem.gateway.workers.protocol import WorkerDescription
+from tandem.gateway.workers.worker import EngineLoad
 from tandem.wire.pixel_splice import serialize_with_pixels
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import common, pb, pb_grpc
@@ -97,6 +98,10 @@ class VllmClient(GrpcWorkerClient):
         if dp_rank is not None:
             request.dp_rank = dp_rank
         return await self._stub.GetLoads(request, timeout=timeout)
+
+    async def engine_load(self, timeout: float = 2.0) -> EngineLoad | None:
+        counts = await self.read_load(self._stub.GetLoads(pb.GetLoadsRequest(), timeout=timeout))
+        return EngineLoad(*counts) if counts is not None else None
 
     async def get_tokenizer(self, timeout: float | None = None) -> bytes:
         """The worker's tokenizer archive (zip bytes), checked against its sha256."""

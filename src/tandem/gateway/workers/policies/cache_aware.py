@@ -165,7 +165,7 @@ class CacheAwarePolicy(BasePolicy):
             tree = self._trees.get(worker.url)
             matched = tree.match(path) if tree else 0
             if matched > best_len or (
-                matched == best_len and best is not None and worker.in_flight < best.in_flight
+                matched == best_len and best is not None and worker.load < best.load
             ):
                 best, best_len = worker, matched
         if best is None or total == 0 or best_len / total < self.threshold:
@@ -192,8 +192,8 @@ class CacheAwarePolicy(BasePolicy):
         return tree
 
     def _least_loaded(self, workers: Sequence[Worker]) -> Worker:
-        lowest = min(w.in_flight for w in workers)
-        tied = [w for w in workers if w.in_flight == lowest]
+        lowest = min(w.load for w in workers)
+        tied = [w for w in workers if w.load == lowest]
         worker = tied[self._next % len(tied)]
         self._next += 1
         return worker

@@ -1,4 +1,5 @@
-"""Least load: the worker with the fewest in-flight requests; ties take turns."""
+"""Least load: the worker with the fewest requests (``Worker.load``: this gateway's in flight,
+or the engine's reported queue when that is more); ties take turns."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ class LeastLoadPolicy(BasePolicy):
     def select(self, workers: Sequence[Worker], request: SelectionInput) -> Worker | None:
         if not workers:
             return None
-        lowest = min(w.in_flight for w in workers)
-        tied = [w for w in workers if w.in_flight == lowest]
+        lowest = min(w.load for w in workers)
+        tied = [w for w in workers if w.load == lowest]
         # Rotating among ties keeps idle workers evenly used when load is always zero.
         worker = tied[self._next % len(tied)]
         self._next += 1

@@ -26,4 +26,4 @@ class PowerOfTwoPolicy(BasePolicy):
             return workers[0]
         first, second = self._rng.sample(range(len(workers)), 2)
         a, b = workers[first], workers[second]
-        return b if b.in_flight < a.in_flight else a
+        return b if b.load < a.load else a
