@@ -297,6 +297,19 @@ _TRANSPORT_WORDS = (
 )
 
 
+# What gRPC core says when the caller's own deadline passed (the gateway's, from
+# --request-timeout-secs), before or during a stream, as opposed to a worker that answered
+# DEADLINE_EXCEEDED with words of its own.
+_LOCAL_DEADLINE_DETAILS = ("", "deadline exceeded", "stream removed (deadline exceeded)")
+
+
+def local_deadline(status: grpc.StatusCode, details: str | None) -> bool:
+    """The gateway's deadline for the call passed: gRPC core's words, not the worker's."""
+    return status == grpc.StatusCode.DEADLINE_EXCEEDED and (
+        (details or "").strip().lower() in _LOCAL_DEADLINE_DETAILS
+    )
+
+
 def transport_failure(status: grpc.StatusCode, details: str | None) -> bool:
     """A broken connection, as gRPC reports it, rather than an answer from the worker."""
     if status not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN):
@@ -326,6 +339,8 @@ def error_from_grpc(
     if worker_code is None and transport_failure(status, details):
         # The raw words go to the gateway's log (the caller's), not to the client.
         text = f"the connection to the worker was lost ({status.name})"
+    elif worker_code is None and local_deadline(status, details):
+        text = "the worker did not finish within the request's deadline (--request-timeout-secs)"
     retryable = http in RETRYABLE_STATUSES and worker_reason(text) not in _NOT_RETRIED_REASONS
     if spec is not None and not spec.retryable:
         retryable = False  # the worker says why, and a retry elsewhere cannot help

@@ -123,6 +123,18 @@ def test_a_broken_connection_reads_as_ours_not_grpcs(details: str) -> None:
     assert details.lower() not in err.message.lower()
 
 
+def test_the_gateways_own_deadline_reads_as_ours() -> None:
+    """Issue 38: a leg cut by the request's deadline says so, not gRPC's "Deadline Exceeded";
+    a worker that answered DEADLINE_EXCEEDED with words of its own keeps them."""
+    err = error_from_grpc(
+        "decode_stream_error", grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
+    )
+    assert (err.code, err.status) == ("decode_stream_error", 504)
+    assert "--request-timeout-secs" in err.message and "Deadline Exceeded" not in err.message
+    own = error_from_grpc("worker_error", grpc.StatusCode.DEADLINE_EXCEEDED, "queue wait 30 s")
+    assert own.message == "queue wait 30 s"
+
+
 def test_a_workers_own_message_is_kept() -> None:
     saturated = error_from_grpc("worker_error", grpc.StatusCode.UNAVAILABLE, "worker is saturated")
     assert saturated.message == "worker is saturated"
