@@ -184,6 +184,14 @@ def _write_config(directory: Path, spec: BuiltinSpec) -> None:
     config = AutoConfig.for_model(fields.pop("model_type"), **fields)
     config.save_pretrained(directory)
     GenerationConfig(**spec.generation_config).save_pretrained(directory)
+    # transformers stamps its own version into both files: a checkpoint written under
+    # another release would differ in bytes only there. Left out, the same recipe gives the
+    # same files whichever transformers wrote them.
+    for name in ("config.json", "generation_config.json"):
+        path = directory / name
+        data = json.loads(path.read_text(encoding="utf-8"))
+        data.pop("transformers_version", None)
+        _write_json(path, data)
 
 
 def _write_json(path: Path, data: object) -> None:
