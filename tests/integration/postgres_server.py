@@ -98,6 +98,24 @@ class PostgresServer:
         self._run([*cmd, "-U", SUPERUSER, name])
         return self.url(name)
 
+    def start_server(self) -> None:
+        """``pg_ctl start`` over the data directory (again, after :meth:`halt`)."""
+        options = (
+            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.socket_dir} "
+            "-c fsync=off -c full_page_writes=off -c max_connections=200"
+        )
+        self._run(
+            self._server_cmd(
+                "pg_ctl", "-D", str(self.data_dir), "-l", str(self.root / "server.log"),
+                "-o", options, "-w", "-t", "30", "start",
+            )
+        )  # fmt: skip
+
+    def halt(self) -> None:
+        """Stop the server as a crash would (``-m immediate``), keeping its data: a
+        database going away under its clients. :meth:`start_server` brings it back."""
+        self._run(self._server_cmd("pg_ctl", "-D", str(self.data_dir), "stop", "-m", "immediate"))
+
     def stop(self) -> None:
         try:
             if (self.data_dir / "postmaster.pid").exists():
@@ -135,16 +153,7 @@ def start_postgres() -> PostgresServer:
                 "--encoding=UTF8", "--locale=C", "--no-sync",
             )
         )  # fmt: skip
-        options = (
-            f"-c listen_addresses=127.0.0.1 -p {server.port} -k {server.socket_dir} "
-            "-c fsync=off -c full_page_writes=off -c max_connections=200"
-        )
-        server._run(
-            server._server_cmd(
-                "pg_ctl", "-D", str(server.data_dir), "-l", str(root / "server.log"),
-                "-o", options, "-w", "-t", "30", "start",
-            )
-        )  # fmt: skip
+        server.start_server()
         server._run(
             [
                 str(bin_dir / "createdb"),

@@ -119,14 +119,26 @@ class PostgresStore:
         if self._pool is not None:
             return
         with self._errors("cannot connect"):
-            self._pool = await asyncpg.create_pool(
+            pool = await asyncpg.create_pool(
                 self._url,
-                min_size=1,
+                # No floor to keep: while the database is away, asyncpg would retry one in
+                # the background and log each failure with a traceback; connections open
+                # on demand instead, and a request that needs one gets a coded 503.
+                min_size=0,
                 max_size=self._pool_size,
                 timeout=self._connect_timeout_s,
                 command_timeout=self._command_timeout_s,
                 server_settings={"application_name": "tandem-gateway", "synchronous_commit": "on"},
             )
+            # With no floor the pool connects lazily: a database that is down must still
+            # fail the start here, in these words.
+            try:
+                async with pool.acquire():
+                    pass
+            except BaseException:
+                pool.terminate()
+                raise
+        self._pool = pool
         try:
             applied = await self._with_pool("migrate", self._migrate)
             if applied:
