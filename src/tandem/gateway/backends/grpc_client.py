@@ -45,6 +45,16 @@ KV_RELEASE_METHOD = "/tandem.kv.KvTransfer/Release"
 _LOCAL_END_CODES = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED})
 
 
+GARBLED_FRAME = "the worker sent a frame that is not a valid message of its protocol"
+
+
+def garbled_frame() -> grpc.aio.AioRpcError:
+    """The failure a stream reports for a frame that does not parse (INTERNAL)."""
+    return grpc.aio.AioRpcError(
+        grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), GARBLED_FRAME
+    )
+
+
 class LegStream:
     """Async iterator over one ``Generate`` call's frames, read into neutral frames.
 
@@ -96,6 +106,12 @@ class LegStream:
             if message is grpc.aio.EOF:
                 self._ended = True
                 raise StopAsyncIteration
+            if message is None:
+                # grpc.aio reads a frame that does not deserialize as None: the worker is
+                # not speaking this protocol (or its bytes were corrupted). End the call,
+                # abort it on the worker, and fail as a worker error in our words.
+                self._drop()
+                raise garbled_frame()
             self.started = True
             frame = self._read_frame(message)
             if frame is None:
