@@ -87,3 +87,15 @@ def chat(model: str, text: str = "hello", stream: bool = False, **extra: Any) ->
         "stream": stream,
         **extra,
     }
+
+
+async def hang_up_at_first_data(url: str, body: dict[str, Any]) -> None:
+    """POST a streamed request and leave as soon as the first SSE ``data:`` line arrives
+    (the decode leg's first frame is in: the legs are running)."""
+    async with (
+        httpx.AsyncClient(timeout=30) as http,
+        http.stream("POST", url, json=body) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                return

@@ -16,12 +16,12 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from tandem.engine.builtin_shapes import draw
 
+from .gateway_probe import hang_up_at_first_data
 from .image_server import png_bytes
 from .processes import Proc, start_all
 from .wire_helpers import stats
@@ -300,13 +300,7 @@ async def test_client_disconnect_aborts_both_legs_and_frees_the_kv(procs) -> Non
         "stream": True,
     }
     url = f"{procs['gw:qwen-sglang-pd'].address}/v1/chat/completions"
-    async with (
-        httpx.AsyncClient(timeout=30) as http,
-        http.stream("POST", url, json=body) as response,
-    ):
-        async for line in response.aiter_lines():
-            if line.startswith("data:"):
-                break  # the decode leg's first frame is here: hang up
+    await hang_up_at_first_data(url, body)
     for _ in range(100):
         if await aborts() > before:
             break

@@ -17,6 +17,7 @@ import pytest
 
 from tandem.engine.builtin_shapes import draw
 
+from .gateway_probe import hang_up_at_first_data
 from .image_server import png_bytes
 from .processes import Proc, start_all
 from .wire_helpers import stats
@@ -224,14 +225,7 @@ async def test_client_disconnect_aborts_the_decode_leg(pd, gateway: str) -> None
         "stream": True,
     }
     url = f"{pd[gateway].address}/v1/chat/completions"
-    async with (
-        httpx.AsyncClient(timeout=30) as http,
-        http.stream("POST", url, json=body) as response,
-    ):
-        async for line in response.aiter_lines():
-            # The SSE body starts once the decode leg's first frame arrived: hang up now.
-            if line.startswith("data:"):
-                break
+    await hang_up_at_first_data(url, body)
     for _ in range(100):
         if await aborts() > before:
             break

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from tandem.errors import make_error
+from tandem.gateway.backends.sampling_checks import check_logit_bias
 from tandem.gateway.context import RequestContext
 from tandem.gateway.pipeline.generation_request import Constraint
 from tandem.wire.ebnf import choice_grammar
@@ -67,17 +68,6 @@ def build_wire_request(ctx: RequestContext) -> spb.GenerateRequest:
         set_constraint(params, s.constraint)
     ctx.wire = req
     return req
-
-
-def check_logit_bias(ctx: RequestContext) -> None:
-    vocab = ctx.model.info.vocab_size
-    outside = [token for token, _ in ctx.sampling.logit_bias if vocab and token >= vocab]
-    if outside:
-        raise make_error(
-            "invalid_request",
-            f"logit_bias names token ids {outside[:5]} outside the vocabulary of {vocab}",
-            param="logit_bias",
-        )
 
 
 def set_constraint(params: spb.SamplingParams, constraint: Constraint) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tandem.errors import make_error
+from tandem.gateway.backends.sampling_checks import check_logit_bias
 from tandem.gateway.context import RequestContext
 from tandem.gateway.pipeline.generation_request import Constraint
 from tandem.wire.proto import GenerateRequest, pb
@@ -37,14 +37,7 @@ def build_wire_request(ctx: RequestContext) -> GenerateRequest:
     params.frequency_penalty = s.frequency_penalty
     params.presence_penalty = s.presence_penalty
     params.skip_special_tokens = s.skip_special_tokens
-    vocab = ctx.model.info.vocab_size
-    outside = [token for token, _ in s.logit_bias if vocab and token >= vocab]
-    if outside:
-        raise make_error(
-            "invalid_request",
-            f"logit_bias names token ids {outside[:5]} outside the vocabulary of {vocab}",
-            param="logit_bias",
-        )
+    check_logit_bias(ctx)
     for token, bias in s.logit_bias:
         params.logit_bias[token] = bias
     if s.logprobs is not None:
