@@ -96,13 +96,18 @@ def make_backend(config: GatewayConfig) -> Backend:
         from tandem.gateway.backends.sglang.backend import SglangBackend
 
         return SglangBackend.from_config(config)
+    if config.backend == "tokenspeed":
+        from tandem.gateway.backends.tokenspeed.backend import TokenSpeedBackend
+
+        return TokenSpeedBackend.from_config(config)
     from tandem.gateway.backends.vllm.backend import VllmBackend
 
     return VllmBackend.from_config(config)
 
 
-# smg's order of asking (SGLang, then vLLM): the first service a worker answers names it.
-DETECTION_ORDER: tuple[WorkerProtocol, ...] = ("sglang", "vllm")
+# smg's order of asking (SGLang, vLLM, then TokenSpeed; smg asks TensorRT-LLM before
+# TokenSpeed and MLX last): the first service a worker answers names it.
+DETECTION_ORDER: tuple[WorkerProtocol, ...] = ("sglang", "vllm", "tokenspeed")
 # How long the first worker may take to come up and answer (it may still be starting).
 DETECT_TIMEOUT_S = 10.0
 
@@ -115,11 +120,13 @@ async def detect_protocol(url: str, timeout_s: float) -> WorkerProtocol:
     none of them.
     """
     from tandem.gateway.backends.sglang.client import SglangClient
+    from tandem.gateway.backends.tokenspeed.client import TokenSpeedClient
     from tandem.gateway.backends.vllm.client import VllmClient
 
-    clients: dict[WorkerProtocol, Callable[[str], SglangClient | VllmClient]] = {
+    clients: dict[WorkerProtocol, Callable[[str], SglangClient | VllmClient | TokenSpeedClient]] = {
         "sglang": SglangClient,
         "vllm": VllmClient,
+        "tokenspeed": TokenSpeedClient,
     }
     for protocol in DETECTION_ORDER:
         client = clients[protocol](url)

@@ -64,15 +64,15 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         choices=BACKEND_CHOICES,
         default=_DEFAULTS.backend,
         help="the workers' gRPC protocol; auto asks the first configured worker "
-        "(SGLang's service first, then vLLM's)",
+        "(SGLang's service first, then vLLM's, then TokenSpeed's)",
     )
     p.add_argument(
         "--prefill",
         nargs="+",
         action="append",
         metavar="URL [BOOTSTRAP_PORT]",
-        help="prefill worker URLs, each optionally followed by its bootstrap port (SGLang's "
-        "PD rendezvous; a number or 'none')",
+        help="prefill worker URLs, each optionally followed by its bootstrap port (the "
+        "SGLang and TokenSpeed PD rendezvous; a number or 'none')",
     )
     p.add_argument("--decode", nargs="+", action="append", help="decode worker URLs")
     p.add_argument("--policy", default=_DEFAULTS.policy)

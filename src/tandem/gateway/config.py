@@ -49,6 +49,9 @@ def default_mm_workers() -> int:
         cpus = os.cpu_count() or 1
     return max(1, min(4, cpus - 1))
 
+# Protocols whose legs take router-side tensors, inline (no media refs, no shared memory).
+INLINE_TENSOR_BACKENDS = frozenset({"sglang", "tokenspeed"})
+
 
 @dataclass(slots=True)
 class GatewayConfig:
@@ -121,15 +124,15 @@ class GatewayConfig:
             raise ValueError(f"--mm-processing must be one of {', '.join(MM_PROCESSING_MODES)}")
         if self.backend not in BACKEND_CHOICES:
             raise ValueError(f"--backend must be one of {', '.join(BACKEND_CHOICES)}")
-        if self.backend == "sglang" and self.mm_processing == "worker":
+        if self.backend in INLINE_TENSOR_BACKENDS and self.mm_processing == "worker":
             raise ValueError(
-                "--mm-processing worker: sglang workers take preprocessed pixels, not media "
-                "URLs; use --mm-processing auto or router"
+                f"--mm-processing worker: {self.backend} workers take preprocessed pixels, "
+                "not media URLs; use --mm-processing auto or router"
             )
-        if self.backend == "sglang" and self.mm_tensor_transport == "shm":
+        if self.backend in INLINE_TENSOR_BACKENDS and self.mm_tensor_transport == "shm":
             raise ValueError(
-                "--multimodal-tensor-transport shm: sglang's tensors travel inline only; "
-                "use inline or auto"
+                f"--multimodal-tensor-transport shm: {self.backend}'s tensors travel inline "
+                "only here; use inline or auto"
             )
         if self.pd_dispatch not in PD_DISPATCH_MODES:
             raise ValueError(f"--pd-dispatch must be one of {', '.join(PD_DISPATCH_MODES)}")

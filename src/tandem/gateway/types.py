@@ -19,9 +19,9 @@ TensorTransportMode = Literal["inline", "shm", "auto"]
 # --pd-dispatch: prefill then decode, or both legs at once.
 PdDispatch = Literal["sequential", "parallel"]
 # --backend: the worker protocol the gateway speaks (docs/worker-protocols.md); "auto" asks
-# the first configured worker, in smg's order (SGLang first, then vLLM).
-WorkerProtocol = Literal["vllm", "sglang"]
-BackendChoice = Literal["auto", "vllm", "sglang"]
+# the first configured worker, in smg's order (SGLang, vLLM, TokenSpeed).
+WorkerProtocol = Literal["vllm", "sglang", "tokenspeed"]
+BackendChoice = Literal["auto", "vllm", "sglang", "tokenspeed"]
 # The generation routes: /v1/chat/completions, /v1/completions and /v1/responses (served
 # by the chat pipeline: its requests are chat requests, its answers are reshaped).
 Route = Literal["chat", "completions", "responses"]

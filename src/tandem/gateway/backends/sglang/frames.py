@@ -1,41 +1,8 @@
-"""SGLang's ``GenerateResponse`` frames read into the gateway's :class:`Frame`.
-
-SGLang's counts are cumulative and its chunk ``token_ids`` are deltas, as the gateway's
-collector reads every protocol's. A response with neither a chunk nor a completion
-carries nothing and is skipped (None). A final frame repeats the last chunk's tokens
-when the worker streamed; the collector reads chunks then (``backends/frames.py``).
-"""
+"""SGLang's ``GenerateResponse`` frames read into the gateway's :class:`Frame`: the shape
+every scheduler protocol shares (``backends/scheduler_frames.py``)."""
 
 from __future__ import annotations
 
-from functools import partial
+from tandem.gateway.backends.scheduler_frames import scheduler_frame as frame_of
 
-from tandem.gateway.backends.frames import Frame
-from tandem.gateway.backends.wire_logprobs import entries_from_wire
-from tandem.wire.sglang import spb
-
-
-def frame_of(message: spb.GenerateResponse) -> Frame | None:
-    """One wire frame as a neutral one; logprobs stay unread until asked for."""
-    kind = message.WhichOneof("response")
-    if kind == "chunk":
-        chunk = message.chunk
-        logprobs = None
-        if chunk.HasField("output_logprobs"):
-            logprobs = partial(entries_from_wire, chunk.output_logprobs)
-        return Frame(chunk.index, chunk.token_ids, logprobs)
-    if kind != "complete":
-        return None
-    done = message.complete
-    logprobs = None
-    if done.HasField("output_logprobs"):
-        logprobs = partial(entries_from_wire, done.output_logprobs)
-    return Frame(
-        done.index,
-        done.output_ids,
-        logprobs,
-        final=True,
-        finish_reason=done.finish_reason or "stop",
-        prompt_tokens=done.prompt_tokens,
-        cached_tokens=done.cached_tokens,
-    )
+__all__ = ["frame_of"]

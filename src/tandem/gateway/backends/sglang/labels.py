@@ -3,7 +3,7 @@
 The model info is flattened field by field, the server info only by the ``server_args``
 members that describe the worker (smg reads the same ones), plus ``sglang_version`` as
 ``version`` and the Tandem marker (``tandem.wire.worker_marker``). A Tandem worker also
-states its bootstrap port there, which the gateway uses when ``--prefill`` names none.
+states its bootstrap port there (``backends/bootstrap_ports.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ SERVER_ARG_KEYS = frozenset(
         "weight_version",
     }
 )
-BOOTSTRAP_PORT_LABEL = "disaggregation_bootstrap_port"
 DISAGGREGATION_MODE_LABEL = "disaggregation_mode"
 # What a worker's labels say about the protocol it speaks (workers_admin shows it).
 PROTOCOL_LABEL = "protocol"

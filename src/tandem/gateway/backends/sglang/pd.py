@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import secrets
 
-from tandem.ascii_int import ascii_int
-from tandem.gateway.backends.sglang.labels import BOOTSTRAP_PORT_LABEL
+from tandem.gateway.backends.bootstrap_ports import BootstrapPorts
 from tandem.gateway.dispatch.streams import OpenedStream
 from tandem.gateway.pd.kv_release import release_held_kv
 from tandem.gateway.pd.parallel import run_parallel
 from tandem.gateway.pd.selection import Pair
-from tandem.gateway.workers.registry import WorkerRegistry, normalize_url
+from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker
 from tandem.hostport import split_host_port
 from tandem.wire.pixels import PixelPayload
@@ -35,8 +34,7 @@ class Bootstraps:
     """Where each prefill worker meets its decode legs."""
 
     def __init__(self, ports: dict[str, int | None] | None = None) -> None:
-        # The ports given with --prefill, by canonical worker address.
-        self._ports = {normalize_url(url): port for url, port in (ports or {}).items()}
+        self._ports = BootstrapPorts(ports, DEFAULT_BOOTSTRAP_PORT)
 
     def params(self, prefill: Worker) -> spb.DisaggregatedParams:
         host, _ = split_host_port(prefill.url)
@@ -45,13 +43,7 @@ class Bootstraps:
         )
 
     def port(self, prefill: Worker) -> int:
-        given = self._ports.get(prefill.url)
-        if given is not None:
-            return given
-        stated = ascii_int(prefill.labels.get(BOOTSTRAP_PORT_LABEL, ""))
-        if stated is not None and 0 < stated < 65536:
-            return stated
-        return DEFAULT_BOOTSTRAP_PORT
+        return self._ports.port(prefill)
 
 
 def pd_legs(

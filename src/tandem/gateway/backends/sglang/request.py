@@ -10,18 +10,15 @@ video (SGLang's multimodal inputs here are images).
 
 from __future__ import annotations
 
-import json
-
 from tandem.errors import make_error
+from tandem.gateway.backends.constraint_fields import ANY_OBJECT_SCHEMA, constraint_field
 from tandem.gateway.backends.sampling_checks import check_logit_bias
 from tandem.gateway.context import RequestContext
 from tandem.gateway.pipeline.generation_request import Constraint
-from tandem.wire.ebnf import choice_grammar
 from tandem.wire.sglang import spb
 
 PROTOCOL = "sglang"
-# json_object as SGLang engines take it: a JSON schema that admits any object.
-ANY_OBJECT_SCHEMA = json.dumps({"type": "object"})
+__all__ = ["ANY_OBJECT_SCHEMA", "build_wire_request", "set_constraint"]
 
 
 def build_wire_request(ctx: RequestContext) -> spb.GenerateRequest:
@@ -71,24 +68,6 @@ def build_wire_request(ctx: RequestContext) -> spb.GenerateRequest:
 
 
 def set_constraint(params: spb.SamplingParams, constraint: Constraint) -> None:
-    """The constraint in SGLang's oneof (regex, json_schema, ebnf_grammar, structural_tag).
-
-    ``json_object`` becomes the schema of any object; a ``choice`` list becomes a grammar
-    whose root is one of the strings, exactly.
-    """
-    value = constraint.value
-    kind = constraint.kind
-    if kind == "json_object":
-        params.json_schema = ANY_OBJECT_SCHEMA
-    elif kind == "choice":
-        assert isinstance(value, tuple)
-        if any("\x00" in choice for choice in value):
-            # EBNF string literals end at a NUL in the grammar engines SGLang uses.
-            raise make_error("invalid_structured_output", "choice strings may not contain NUL")
-        params.ebnf_grammar = choice_grammar(value)
-    elif kind == "grammar":
-        assert isinstance(value, str)
-        params.ebnf_grammar = value
-    else:
-        assert isinstance(value, str)
-        setattr(params, kind, value)  # regex, json_schema, structural_tag: same names
+    """The constraint in SGLang's oneof (``backends/constraint_fields.py``)."""
+    field, value = constraint_field(constraint)
+    setattr(params, field, value)
