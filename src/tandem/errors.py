@@ -127,6 +127,10 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     "prefill_stream_error": ErrorSpec(500, True, "prefill stream failed while draining", "prefill"),
     "decode_stream_error": ErrorSpec(500, True, "decode stream failed mid-generation", "decode"),
     "worker_error": ErrorSpec(500, True, "a worker call failed (aggregated mode)"),
+    "encode_worker_failed": ErrorSpec(
+        502, True, "E/P/D: no encode worker accepted an image's Encode (down or refused)"
+    ),
+    "no_available_encode_workers": ErrorSpec(503, True, "E/P/D: no healthy encode worker"),
     "no_compatible_pd_pair": ErrorSpec(503, True, "no prefill/decode pair can serve this"),
     "no_available_workers": ErrorSpec(503, True, "no healthy worker for the model"),
     # --- gateway itself --------------------------------------------------------------

@@ -126,7 +126,13 @@ class EmbeddedEngine:
         return self.prefix_cache.match(keys)
 
     def counters(self) -> EngineCounters:
-        return engine_counters(self.stats, self.prefix_cache, self.kv_store, self.num_running)
+        return engine_counters(
+            self.stats,
+            self.prefix_cache,
+            self.kv_store,
+            self.num_running,
+            vision_encodes=self.runner.vision_encodes,
+        )
 
     # -- structured outputs and logprobs ---------------------------------------------------
 

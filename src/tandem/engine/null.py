@@ -108,7 +108,9 @@ class NullEngine:
         return self._prefix_cache.match(keys)
 
     def counters(self) -> EngineCounters:
-        return engine_counters(self.stats, self._prefix_cache, self.kv_store, self.num_running)
+        return engine_counters(
+            self.stats, self._prefix_cache, self.kv_store, self.num_running, vision_encodes=0
+        )
 
     def abort(self, request_id: str) -> None:
         if request_id in self._running:

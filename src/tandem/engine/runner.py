@@ -10,10 +10,17 @@ not to modify in place outside inference mode.
 Positions never depend on pixels: M-RoPE positions come from the token ids and
 ``image_grid_thw``, so a pixel-less decode leg with grids continues exactly
 where the prefill worker stopped.
+
+Images are encoded in the prefill from their pixels, or arrive as features computed by an
+encode worker (``MediaInputs.features``, E/P/D), which a language-model-only runner takes
+too; ``encode_image`` is the encode worker's half. Both paths go through one locked
+encoder call, so an image's features are the same bits either way and the vision tower
+never runs on two threads at once.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +31,10 @@ import torch
 from torch import nn
 
 from tandem.engine.loader import LanguageModelOnly, load_model
+from tandem.engine.runner_features import check_features, image_input
 from tandem.engine.runner_kv import cache_from_kv, check_kv, kv_from_cache
 from tandem.engine.runner_media import (
+    ImageSlot,
     MediaLayoutError,
     MediaPlan,
     MissingPixelsError,
@@ -33,7 +42,7 @@ from tandem.engine.runner_media import (
     plan_media,
 )
 from tandem.engine.runner_vision import VisionEncoder, vision_encoder
-from tandem.engine.types import KVLayers, MediaInputs, ModelShape
+from tandem.engine.types import ImageFeatures, KVLayers, MediaInputs, ModelShape
 from tandem.models.info import ModelInfo, load_model_info
 
 __all__ = [
@@ -73,6 +82,15 @@ class ModelRunner:
         self._vision: VisionEncoder | None = (
             vision_encoder(model, info.family.name) if self.supports_vision else None
         )
+        # What this model's encoder makes of an image, beyond its token count: features
+        # from elsewhere must match it. ``config`` is the full model's, even for a
+        # language-model-only load.
+        vision_config = getattr(hf.config, "vision_config", None)
+        self.deepstack_layers = len(getattr(vision_config, "deepstack_visual_indexes", None) or [])
+        self.hidden_size: int = self._text_config.hidden_size
+        self._vision_lock = threading.Lock()  # held through a tower call
+        self._count_lock = threading.Lock()  # never held long: Stats reads it
+        self._vision_encodes = 0
         cfg = self._text_config
         self.shape = ModelShape(
             num_layers=cfg.num_hidden_layers,
@@ -89,6 +107,35 @@ class ModelRunner:
         info = load_model_info(model_dir, model_id)
         return cls(load_model(model_dir, language_model_only), info)
 
+    @property
+    def vision_encodes(self) -> int:
+        """Vision tower calls so far, one per encoder call (an image, or a video's frame
+        pair), in prefills and :meth:`encode_image` alike."""
+        with self._count_lock:
+            return self._vision_encodes
+
+    def encode_image(self, pixels: np.ndarray, grid: np.ndarray | None) -> ImageFeatures:
+        """One image's features, exactly as a prefill from these pixels would place them.
+
+        For encode workers (E/P/D); thread-safe (the tower is locked). ``grid`` is the
+        image's ``(t, h, w)`` for M-RoPE families and None otherwise; a mismatch between
+        pixels and grid raises MediaLayoutError.
+        """
+        if self._vision is None:
+            raise VisionUnavailableError(
+                "this worker loaded the language model only and cannot encode images"
+            )
+        pixels = np.asarray(pixels)
+        thw, tokens = image_input(pixels, grid, self.info)
+        with torch.inference_mode():
+            features = self._encode(pixels, thw)
+        if features.embeds.shape[0] != tokens:
+            raise MediaLayoutError(
+                f"the image encodes to {features.embeds.shape[0]} tokens, not the {tokens} "
+                "its grid gives"
+            )
+        return features
+
     def prefill(
         self,
         input_ids: Sequence[int],
@@ -98,8 +145,9 @@ class ModelRunner:
         """Compute ``input_ids[len(cached):]`` on top of ``cached``; logits of the last token.
 
         Vision runs only for images with tokens in the computed part; those need
-        ``media.pixel_values`` (MissingPixelsError otherwise), whereas images
-        wholly inside ``cached`` need only their grid (M-RoPE) or nothing.
+        ``media.pixel_values`` (MissingPixelsError otherwise) unless ``media.features``
+        has theirs, whereas images wholly inside ``cached`` need only their grid (M-RoPE)
+        or nothing.
         """
         length = len(input_ids)
         if length == 0:
@@ -192,41 +240,67 @@ class ModelRunner:
         needed = [slot for slot in plan.slots if slot.positions[-1] >= start]
         if not needed:
             return {}
-        if self._vision is None:
-            raise VisionUnavailableError(
-                "this worker loaded the language model only and cannot encode images; "
-                "it needs KV covering every image token"
-            )
         mask = torch.zeros(embeds.shape[1], dtype=torch.bool)
         deepstack: list[list[torch.Tensor]] = []
         for slot in needed:
-            pixels = None
-            if media is not None:
-                pixels = media.video_pixel_values if slot.video else media.pixel_values
-            if pixels is None:
-                first = int(slot.positions[0])
-                raise MissingPixelsError(
-                    f"{'video' if slot.video else 'image'} tokens from position {first} must "
-                    f"be computed (cached KV covers {start} tokens) but the request carries "
-                    "no pixel values for them"
-                )
-            features = self._vision.encode(pixels[slot.pixel_rows], slot.grid)
-            if features.embeds.shape[0] != len(slot.positions):
-                raise MediaLayoutError(
-                    f"image {slot.index} encodes to {features.embeds.shape[0]} tokens but "
-                    f"the prompt holds {len(slot.positions)}"
-                )
+            features = self._slot_features(slot, media, start)
             keep = torch.from_numpy(slot.positions >= start)
             local = torch.from_numpy(slot.positions - start)[keep]
-            embeds[0, local] = features.embeds[keep].to(embeds.dtype)
+            embeds[0, local] = _like(features.embeds, embeds)[keep]
             mask[local] = True
             for layer, feature in enumerate(features.deepstack):
                 if layer == len(deepstack):
                     deepstack.append([])
-                deepstack[layer].append(feature[keep])
+                deepstack[layer].append(_like(feature, embeds)[keep])
         if not deepstack:
             return {}
         return {
             "visual_pos_masks": mask.view(1, -1),
             "deepstack_visual_embeds": [torch.cat(parts) for parts in deepstack],
         }
+
+    def _slot_features(
+        self, slot: ImageSlot, media: MediaInputs | None, start: int
+    ) -> ImageFeatures:
+        """The slot's features: precomputed ones (checked), or encoded from its pixels."""
+        given = media.features.get(slot.index) if media is not None and media.features else None
+        if given is not None:  # plan_media let features through for images only
+            check_features(
+                given, slot.index, len(slot.positions), self.hidden_size, self.deepstack_layers
+            )
+            return given
+        if self._vision is None:
+            raise VisionUnavailableError(
+                "this worker loaded the language model only and cannot encode images; "
+                "it needs KV covering every image token, or the images' features"
+            )
+        pixels = None
+        if media is not None:
+            pixels = media.video_pixel_values if slot.video else media.pixel_values
+        if pixels is None:
+            first = int(slot.positions[0])
+            raise MissingPixelsError(
+                f"{'video' if slot.video else 'image'} tokens from position {first} must "
+                f"be computed (cached KV covers {start} tokens) but the request carries "
+                "no pixel values for them"
+            )
+        features = self._encode(pixels[slot.pixel_rows], slot.grid)
+        if features.embeds.shape[0] != len(slot.positions):
+            raise MediaLayoutError(
+                f"image {slot.index} encodes to {features.embeds.shape[0]} tokens but "
+                f"the prompt holds {len(slot.positions)}"
+            )
+        return features
+
+    def _encode(self, pixels: np.ndarray, grid: np.ndarray | None) -> ImageFeatures:
+        """The one vision tower call, counted (whether or not it succeeds) and locked."""
+        assert self._vision is not None
+        with self._count_lock:
+            self._vision_encodes += 1
+        with self._vision_lock:
+            return self._vision.encode(pixels, grid)
+
+
+def _like(features: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
+    """Features from elsewhere in the input embeddings' dtype and device (a no-op for ours)."""
+    return features.to(dtype=embeds.dtype, device=embeds.device)

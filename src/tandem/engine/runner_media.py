@@ -3,6 +3,10 @@
 The k-th image owns the next ``tokens_per_image[k]`` image-token positions, in
 prompt order; item ranges, grids and pixel rows are checked against that so a
 mismatched request fails loudly instead of being answered image-blind.
+
+Images may come with features computed elsewhere (``MediaInputs.features``, E/P/D): only
+images take them, and ``pixel_values`` may then leave out those images' rows
+(``engine/runner_features.py`` checks the features themselves).
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ def plan_media(input_ids: Sequence[int], media: MediaInputs | None, info: ModelI
         else np.empty(0, dtype=np.int64)
     )
     items = media.items if media is not None else []
+    if media is not None:
+        _check_feature_keys(media)
     if media is not None and media.im_token_id not in (None, info.image_token_id):
         raise MediaLayoutError(
             f"media im_token_id {media.im_token_id} is not the model's image token "
@@ -76,12 +82,15 @@ def _image_slots(media: MediaInputs, image_pos: np.ndarray, info: ModelInfo) -> 
     if not images and not len(image_pos):
         return []
     grid = _grids(media, "image_grid_thw", len(images), info)
-    counts = _token_counts(grid, len(images), info)
+    counts = token_counts(grid, len(images), info)
     if int(counts.sum()) != len(image_pos):
         raise MediaLayoutError(
             f"the prompt has {len(image_pos)} image tokens but its {len(images)} image(s) "
             f"need {int(counts.sum())}"
         )
+    rows = [int(grid[j].prod()) if grid is not None else 1 for j in range(len(images))]
+    featured = set(media.features or ())
+    compact = _compact_pixels(media, [k for k, _ in images], rows, featured)
     slots: list[ImageSlot] = []
     token_start = 0
     row_start = 0
@@ -89,18 +98,42 @@ def _image_slots(media: MediaInputs, image_pos: np.ndarray, info: ModelInfo) -> 
         positions = image_pos[token_start : token_start + counts[j]]
         token_start += counts[j]
         _check_inside(item, positions, f"image {k}")
-        rows = int(grid[j].prod()) if grid is not None else 1
+        # Compact pixels hold no rows for an image with features: its slice is empty.
+        n_rows = 0 if compact and k in featured else rows[j]
         slots.append(
             ImageSlot(
-                k, positions, None if grid is None else grid[j], slice(row_start, row_start + rows)
+                k,
+                positions,
+                None if grid is None else grid[j],
+                slice(row_start, row_start + n_rows),
             )
         )
-        row_start += rows
-    if media.pixel_values is not None and len(media.pixel_values) != row_start:
-        raise MediaLayoutError(
-            f"pixel_values has {len(media.pixel_values)} rows; the images need {row_start}"
-        )
+        row_start += n_rows
     return slots
+
+
+def _compact_pixels(
+    media: MediaInputs, indices: list[int], rows: list[int], featured: set[int]
+) -> bool:
+    """Whether ``pixel_values`` holds only the rows of the images without features.
+
+    Either layout is accepted: every image's rows (as a request built before its images
+    were encoded elsewhere has them), or only the rest. Every image has at least one row,
+    so the two counts differ whenever some image has features.
+    """
+    pixels = media.pixel_values
+    if pixels is None:
+        return False
+    every = sum(rows)
+    bare = sum(n for k, n in zip(indices, rows, strict=True) if k not in featured)
+    if len(pixels) == every:
+        return False
+    if featured and len(pixels) == bare:
+        return True
+    need = f"{every}"
+    if featured:
+        need += f" (every image) or {bare} (those without features)"
+    raise MediaLayoutError(f"pixel_values has {len(pixels)} rows; the images need {need}")
 
 
 def _video_slots(media: MediaInputs, video_pos: np.ndarray, info: ModelInfo) -> list[ImageSlot]:
@@ -115,7 +148,7 @@ def _video_slots(media: MediaInputs, video_pos: np.ndarray, info: ModelInfo) -> 
         raise MediaLayoutError(f"the {info.family.name} model takes no video")
     grid = _grids(media, "video_grid_thw", len(videos), info)
     assert grid is not None  # M-RoPE families always have grids
-    per_frame = _token_counts(
+    per_frame = token_counts(
         np.column_stack([np.ones(len(grid), np.int64), grid[:, 1:]]), len(videos), info
     )
     counts = per_frame * grid[:, 0]
@@ -180,7 +213,7 @@ def _grids(media: MediaInputs, key: str, n: int, info: ModelInfo) -> np.ndarray 
     return grid
 
 
-def _token_counts(grid: np.ndarray | None, n: int, info: ModelInfo) -> np.ndarray:
+def token_counts(grid: np.ndarray | None, n: int, info: ModelInfo) -> np.ndarray:
     if grid is None:
         if info.image_seq_length is None:
             raise MediaLayoutError("the model has no fixed image token count")
@@ -203,3 +236,17 @@ def _mrope(length: int, slots: list[ImageSlot], info: ModelInfo) -> tuple[np.nda
         spans.append((first, count))
     grids = np.stack([slot.grid for slot in slots if slot.grid is not None])
     return mrope_positions(length, spans, grids, info.spatial_merge_size or 1)
+
+
+def _check_feature_keys(media: MediaInputs) -> None:
+    for k in media.features or {}:
+        if not 0 <= k < len(media.items):
+            raise MediaLayoutError(
+                f"precomputed features for media item {k}, but the request has "
+                f"{len(media.items)} item(s)"
+            )
+        if media.items[k].modality != "image":
+            raise MediaLayoutError(
+                f"media item {k} is a {media.items[k].modality}: precomputed features are "
+                "taken for images only (a video is encoded one frame pair at a time)"
+            )

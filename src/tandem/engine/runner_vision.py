@@ -6,19 +6,21 @@ other images share its request (what the prefix cache's media keys assume).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
+from tandem.engine.types import ImageFeatures
 
-@dataclass(slots=True)
-class ImageFeatures:
-    embeds: torch.Tensor  # [tokens, hidden]: replaces the image tokens' input embeddings
-    # Qwen3-VL DeepStack: per early decoder layer, [tokens, hidden] added after that layer.
-    deepstack: list[torch.Tensor] = field(default_factory=list)
+__all__ = [
+    "ImageFeatures",
+    "LlavaVisionEncoder",
+    "QwenVisionEncoder",
+    "VisionEncoder",
+    "vision_encoder",
+]
 
 
 class VisionEncoder(Protocol):

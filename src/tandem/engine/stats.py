@@ -34,14 +34,19 @@ class EngineCounters(TypedDict):
     prefix_cache_hit_tokens: int
     prefix_cache_blocks: int
     prefill_computed_tokens: int
+    vision_encodes: int  # vision tower calls: images encoded here, not taken as features
     requests_by_outcome: dict[str, int]
     running: int
 
 
 def engine_counters(
-    stats: EngineStats, cache: PrefixCache, store: KvStore, running: int
+    stats: EngineStats, cache: PrefixCache, store: KvStore, running: int, *, vision_encodes: int
 ) -> EngineCounters:
-    """One snapshot, built the same way for every engine so that their answers match."""
+    """One snapshot, built the same way for every engine so that their answers match.
+
+    ``vision_encodes`` is asked of every engine by name (0 for one without a tower): an
+    E/P/D prefill worker proves with it that it took its images' features from elsewhere.
+    """
     return {
         "held_kv_blocks": store.held_blocks,
         "held_transfers": store.held_count,
@@ -52,6 +57,7 @@ def engine_counters(
         "prefix_cache_hit_tokens": cache.hits_tokens,
         "prefix_cache_blocks": cache.num_blocks,
         "prefill_computed_tokens": stats.prefill_computed_tokens,
+        "vision_encodes": vision_encodes,
         "requests_by_outcome": dict(stats.requests_by_outcome),
         "running": running,
     }

@@ -27,6 +27,25 @@ class MediaItem:
 
 
 @dataclass(slots=True)
+class ImageFeatures:
+    """What a vision tower makes of one image: the embeddings that replace its tokens.
+
+    It lives here, beside :class:`MediaInputs`, because a request may carry features
+    computed by another process (an encode worker, E/P/D): the runner, the embedding
+    cache and the embedding channel all share it without importing the vision code.
+    """
+
+    embeds: torch.Tensor  # [tokens, hidden]: replaces the image tokens' input embeddings
+    # Qwen3-VL DeepStack: per early decoder layer, [tokens, hidden] added after that layer.
+    deepstack: list[torch.Tensor] = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by all its tensors (what a cache or a transfer is charged)."""
+        return sum(t.numel() * t.element_size() for t in (self.embeds, *self.deepstack))
+
+
+@dataclass(slots=True)
 class MediaInputs:
     """Multimodal inputs of one request, already expanded into the prompt.
 
@@ -34,6 +53,11 @@ class MediaInputs:
     (identity-only or hashes-only); ``grids`` holds model tensors such as
     ``image_grid_thw`` and ``video_grid_thw`` (``[items of that modality, 3]`` int64).
     ``items`` are the images and videos in prompt order.
+
+    ``features`` maps an image's index in ``items`` to features computed elsewhere (an
+    encode worker): the runner places them instead of running its vision tower, so that
+    image needs no pixels. ``pixel_values`` then holds the rows of every image, or of the
+    images without features only (in prompt order). Videos cannot take features.
     """
 
     items: list[MediaItem]
@@ -41,6 +65,7 @@ class MediaInputs:
     pixel_values: np.ndarray | None = None
     grids: dict[str, np.ndarray] = field(default_factory=dict)
     video_pixel_values: np.ndarray | None = None
+    features: dict[int, ImageFeatures] | None = None
 
     def of(self, modality: str) -> list[MediaItem]:
         return [item for item in self.items if item.modality == modality]

@@ -12,6 +12,7 @@ from tandem.gateway.config import GatewayConfig
 from tandem.gateway.history.flags import add_history_flags, history_config_from_args
 from tandem.gateway.types import (
     BACKEND_CHOICES,
+    ENCODE_POLICIES,
     EVENT_LOOPS,
     MM_PROCESSING_MODES,
     PD_DISPATCH_MODES,
@@ -33,9 +34,12 @@ def _urls(values: list[str] | None) -> list[str]:
     return [canonical_address(u, "grpc") for group in values or [] for u in group]
 
 
-def _prefill_urls(values: list[list[str]] | None) -> tuple[list[str], dict[str, int | None]]:
-    """``--prefill URL [BOOTSTRAP_PORT] [URL [BOOTSTRAP_PORT]] …`` as smg reads it: a word that
-    is a port number or ``none`` belongs to the URL before it (SGLang's PD rendezvous)."""
+def _urls_with_ports(
+    values: list[list[str]] | None, flag: str
+) -> tuple[list[str], dict[str, int | None]]:
+    """``--prefill URL [BOOTSTRAP_PORT] [URL [BOOTSTRAP_PORT]] …`` (and ``--encode``) as smg
+    reads them: a word that is a port number or ``none`` belongs to the URL before it (the
+    PD or E/P/D rendezvous)."""
     urls: list[str] = []
     ports: dict[str, int | None] = {}
     for group in values or []:
@@ -43,10 +47,10 @@ def _prefill_urls(values: list[list[str]] | None) -> tuple[list[str], dict[str, 
             port_word = word.strip().lower()
             if port_word == "none" or (port_word.isascii() and port_word.isdigit()):
                 if not urls or urls[-1] in ports:
-                    raise ValueError(f"--prefill: bootstrap port {word!r} follows no URL")
+                    raise ValueError(f"{flag}: bootstrap port {word!r} follows no URL")
                 port = None if port_word == "none" else int(port_word)
                 if port is not None and not 0 < port < 65536:
-                    raise ValueError(f"--prefill: bootstrap port {word!r} is not in 1..65535")
+                    raise ValueError(f"{flag}: bootstrap port {word!r} is not in 1..65535")
                 ports[urls[-1]] = port
                 continue
             urls.append(canonical_address(word, "grpc"))
@@ -75,6 +79,27 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         "SGLang and TokenSpeed PD rendezvous; a number or 'none')",
     )
     p.add_argument("--decode", nargs="+", action="append", help="decode worker URLs")
+    p.add_argument(
+        "--epd-disaggregation",
+        action="store_true",
+        help="encoder disaggregation (tokenspeed): images encoded on --encode workers, their "
+        "embeddings pulled by the prefill workers; needs --prefill and --decode",
+    )
+    p.add_argument(
+        "--encode",
+        nargs="+",
+        action="append",
+        metavar="URL [BOOTSTRAP_PORT]",
+        help="encode worker URLs, each optionally followed by its bootstrap port (where "
+        "prefill workers fetch the embeddings; a number or 'none')",
+    )
+    p.add_argument(
+        "--encode-policy",
+        choices=ENCODE_POLICIES,
+        default=_DEFAULTS.encode_policy,
+        help="the encode worker of an image: by its content hash (a repeated image finds "
+        "its cached embedding), in turn, or at random",
+    )
     p.add_argument("--policy", default=_DEFAULTS.policy)
     p.add_argument("--prefill-policy", default=_DEFAULTS.prefill_policy)
     p.add_argument("--decode-policy", default=_DEFAULTS.decode_policy)
@@ -206,7 +231,8 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
 
 def config_from_args(args: argparse.Namespace) -> GatewayConfig:
     media = media_policy_from_args(args)
-    prefill_urls, bootstrap_ports = _prefill_urls(args.prefill)
+    prefill_urls, bootstrap_ports = _urls_with_ports(args.prefill, "--prefill")
+    encode_urls, encode_ports = _urls_with_ports(args.encode, "--encode")
     return GatewayConfig(
         host=bare_host(args.host),
         port=args.port,
@@ -214,6 +240,10 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         pd_disaggregation=args.pd_disaggregation,
         prefill_urls=prefill_urls,
         prefill_bootstrap_ports=bootstrap_ports,
+        epd_disaggregation=args.epd_disaggregation,
+        encode_urls=encode_urls,
+        encode_bootstrap_ports=encode_ports,
+        encode_policy=args.encode_policy,
         backend=args.backend,
         decode_urls=_urls(args.decode),
         policy=args.policy,

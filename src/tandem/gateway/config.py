@@ -10,10 +10,12 @@ from tandem.gateway.history.settings import check_history_settings
 from tandem.gateway.history.store import HistoryLimits
 from tandem.gateway.types import (
     BACKEND_CHOICES,
+    ENCODE_POLICIES,
     MM_PROCESSING_MODES,
     PD_DISPATCH_MODES,
     TENSOR_TRANSPORT_MODES,
     BackendChoice,
+    EncodePolicy,
     HistoryBackend,
     MmProcessingMode,
     PdDispatch,
@@ -49,6 +51,7 @@ def default_mm_workers() -> int:
         cpus = os.cpu_count() or 1
     return max(1, min(4, cpus - 1))
 
+
 # Protocols whose legs take router-side tensors, inline (no media refs, no shared memory).
 INLINE_TENSOR_BACKENDS = frozenset({"sglang", "tokenspeed"})
 
@@ -64,6 +67,13 @@ class GatewayConfig:
     # or not given, so the worker's own or SGLang's default), by canonical URL.
     prefill_bootstrap_ports: dict[str, int | None] = field(default_factory=dict)
     decode_urls: list[str] = field(default_factory=list)
+    # E/P/D (TokenSpeed): images encoded on --encode workers, whose embeddings the prefill
+    # worker pulls (gateway/backends/tokenspeed/epd.py); implies PD.
+    epd_disaggregation: bool = False
+    encode_urls: list[str] = field(default_factory=list)
+    # The bootstrap port given after an --encode URL (where prefill workers meet it).
+    encode_bootstrap_ports: dict[str, int | None] = field(default_factory=dict)
+    encode_policy: EncodePolicy = "consistent_hashing"
     # The workers' protocol (docs/worker-protocols.md); "auto" is resolved at start-up by
     # asking the first configured worker (gateway/backend_detect.py).
     backend: BackendChoice = "auto"
@@ -134,6 +144,7 @@ class GatewayConfig:
                 f"--multimodal-tensor-transport shm: {self.backend}'s tensors travel inline "
                 "only here; use inline or auto"
             )
+        self._check_epd()
         if self.pd_dispatch not in PD_DISPATCH_MODES:
             raise ValueError(f"--pd-dispatch must be one of {', '.join(PD_DISPATCH_MODES)}")
         if self.pd_disaggregation and not (self.prefill_urls and self.decode_urls):
@@ -183,6 +194,22 @@ class GatewayConfig:
             raise ValueError("--api-key must not be empty")
         check_distinct(self.serving_keys, "--api-key/--tenant-api-key")
         check_distinct(self.control_plane_api_keys, "--control-plane-api-keys")
+
+    def _check_epd(self) -> None:
+        if self.encode_policy not in ENCODE_POLICIES:
+            raise ValueError(f"--encode-policy must be one of {', '.join(ENCODE_POLICIES)}")
+        if self.encode_urls and not self.epd_disaggregation:
+            raise ValueError("--encode needs --epd-disaggregation")
+        if not self.epd_disaggregation:
+            return
+        if not self.encode_urls:
+            raise ValueError("--epd-disaggregation needs at least one --encode worker")
+        if self.backend not in ("auto", "tokenspeed"):
+            raise ValueError(
+                f"--epd-disaggregation: encoder disaggregation runs over the tokenspeed "
+                f"worker protocol, not {self.backend} (docs/worker-protocols.md)"
+            )
+        self.pd_disaggregation = True  # E/P/D is PD with an encode stage before it
 
     @property
     def serving_keys(self) -> list[ServingKey]:

@@ -95,6 +95,8 @@ class GatewayState:
             await self.registry.add(url, "prefill")
         for url in config.decode_urls:
             await self.registry.add(url, "decode")
+        for url in config.encode_urls:
+            await self.registry.add(url, "encode")
         self.health = HealthChecker(
             self.registry,
             interval_s=config.health_interval_s,

@@ -22,6 +22,9 @@ PdDispatch = Literal["sequential", "parallel"]
 # the first configured worker, in smg's order (SGLang, vLLM, TokenSpeed).
 WorkerProtocol = Literal["vllm", "sglang", "tokenspeed"]
 BackendChoice = Literal["auto", "vllm", "sglang", "tokenspeed"]
+# --encode-policy: which encode worker an image goes to under E/P/D (smg's names;
+# consistent_hashing by content hash, so a repeated image finds its cached embedding).
+EncodePolicy = Literal["consistent_hashing", "round_robin", "random"]
 # The generation routes: /v1/chat/completions, /v1/completions and /v1/responses (served
 # by the chat pipeline: its requests are chat requests, its answers are reshaped).
 Route = Literal["chat", "completions", "responses"]
@@ -37,3 +40,4 @@ EVENT_LOOPS: tuple[EventLoop, ...] = get_args(EventLoop)
 WORKER_PROTOCOLS: tuple[WorkerProtocol, ...] = get_args(WorkerProtocol)
 BACKEND_CHOICES: tuple[BackendChoice, ...] = get_args(BackendChoice)
 HISTORY_BACKENDS: tuple[HistoryBackend, ...] = get_args(HistoryBackend)
+ENCODE_POLICIES: tuple[EncodePolicy, ...] = get_args(EncodePolicy)

@@ -36,6 +36,7 @@ STATS_KEYS = {
     "prefix_cache_hit_tokens",
     "prefix_cache_blocks",
     "prefill_computed_tokens",
+    "vision_encodes",
     "media_items_processed",
     "requests_by_outcome",
     "running",
@@ -69,6 +70,7 @@ def test_the_stats_answer_is_the_same_for_both_engines(
     assert set(stats) == STATS_KEYS
     assert stats["requests_by_outcome"] == {}
     assert stats["running"] == stats["held_kv_blocks"] == stats["media_items_processed"] == 0
+    assert stats["vision_encodes"] == 0
     assert stats["leg_bytes"] == {}
 
 

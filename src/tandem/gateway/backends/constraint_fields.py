@@ -10,17 +10,15 @@ from __future__ import annotations
 import json
 
 from tandem.errors import make_error
-from tandem.gateway.pipeline.generation_request import Constraint
 from tandem.wire.ebnf import choice_grammar
 
 # json_object as these engines take it: a JSON schema that admits any object.
 ANY_OBJECT_SCHEMA = json.dumps({"type": "object"})
 
 
-def constraint_field(constraint: Constraint) -> tuple[str, str]:
-    """The oneof member to set and its value."""
-    value = constraint.value
-    kind = constraint.kind
+def constraint_field(kind: str, value: str | tuple[str, ...] | None) -> tuple[str, str]:
+    """The oneof member to set for a constraint (``Constraint.kind`` and ``.value`` of
+    ``pipeline/generation_request.py``) and its value."""
     if kind == "json_object":
         return "json_schema", ANY_OBJECT_SCHEMA
     if kind == "choice":

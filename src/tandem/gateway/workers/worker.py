@@ -13,7 +13,8 @@ from typing import Literal, get_args
 from tandem.gateway.workers.breaker import CircuitBreaker
 from tandem.wire.worker_marker import TANDEM_WORKER_LABEL
 
-WorkerRole = Literal["regular", "prefill", "decode"]
+# "encode": an E/P/D encode worker (TokenSpeed), which only runs the vision tower.
+WorkerRole = Literal["regular", "prefill", "decode", "encode"]
 ROLES: tuple[WorkerRole, ...] = get_args(WorkerRole)
 
 SUPPORTS_VISION_LABEL = "supports_vision"

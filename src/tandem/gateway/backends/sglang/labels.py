@@ -3,7 +3,7 @@
 The model info is flattened field by field, the server info only by the ``server_args``
 members that describe the worker (smg reads the same ones), plus ``sglang_version`` as
 ``version`` and the Tandem marker (``tandem.wire.worker_marker``). A Tandem worker also
-states its bootstrap port there (``backends/bootstrap_ports.py``).
+states its bootstrap port there (``pd/bootstrap_ports.py``).
 """
 
 from __future__ import annotations

@@ -69,5 +69,5 @@ def build_wire_request(ctx: RequestContext) -> spb.GenerateRequest:
 
 def set_constraint(params: spb.SamplingParams, constraint: Constraint) -> None:
     """The constraint in SGLang's oneof (``backends/constraint_fields.py``)."""
-    field, value = constraint_field(constraint)
+    field, value = constraint_field(constraint.kind, constraint.value)
     setattr(params, field, value)

@@ -4,14 +4,17 @@ What it carries and what it refuses (docs/worker-protocols.md): text and images,
 preprocessed, one ``MultimodalItem`` per image (no worker-side media: the messages carry
 tensors, not refs); PD always with both legs at once over a KV bootstrap room
 (``--pd-dispatch`` does not apply); n > 1 as n pairs for a text request, each with its own
-room and seed, one request otherwise; video refused by name (``request.py``).
+room and seed, one request otherwise; video refused by name (``request.py``); E/P/D
+with ``--epd-disaggregation`` (``epd.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from tandem.errors import make_error
+from tandem.gateway.backends.tokenspeed.epd import EncodeStage
 from tandem.gateway.backends.tokenspeed.mm_items import attach_images
 from tandem.gateway.backends.tokenspeed.pd import KvBootstraps, open_rooms
 from tandem.gateway.backends.tokenspeed.request import build_wire_request
@@ -36,13 +39,21 @@ class TokenSpeedBackend:
 
     name = "tokenspeed"
 
-    def __init__(self, bootstraps: KvBootstraps | None = None) -> None:
+    def __init__(
+        self, bootstraps: KvBootstraps | None = None, encode: EncodeStage | None = None
+    ) -> None:
         self.sender = TokenSpeedSender()
         self.bootstraps = bootstraps or KvBootstraps()
+        self.encode = encode  # E/P/D: images go to encode workers before the pair
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> TokenSpeedBackend:
-        return cls(KvBootstraps(config.prefill_bootstrap_ports))
+        encode = None
+        if config.epd_disaggregation:
+            encode = EncodeStage(
+                config.encode_bootstrap_ports, config.encode_policy, config.max_retries + 1
+            )
+        return cls(KvBootstraps(config.prefill_bootstrap_ports), encode)
 
     def build_request(self, ctx: RequestContext) -> None:
         build_wire_request(ctx)
@@ -93,6 +104,17 @@ class TokenSpeedBackend:
         parallel: bool,
     ) -> OpenedStream:
         pixels, ctx.pixels = ctx.pixels, None  # they travel once, with the prefill leg
+        if self.encode is not None and pixels is not None and ctx.wire.mm_inputs.items:
+            # E/P/D: the pixels go to the encode workers instead; the prefill leg names
+            # where each item's embedding waits. A retry of the pair reuses that leg.
+            if pixels.has_raw:
+                pixels = await asyncio.to_thread(pixels.for_worker, False)
+            leg = tpb.GenerateRequest()
+            leg.CopyFrom(ctx.wire)
+            encoders = await self.encode.run(leg, pixels, registry, ctx.model.model_id, timeout_s)
+            pixels = None
+            ctx.wire = leg
+            ctx.served_by += [f"encode={url}" for url in encoders]
         return await open_rooms(ctx.wire, pair, registry, timeout_s, self.bootstraps, pixels)
 
     def fanout(self, leg: Leg, parallel: bool) -> list[tuple[str, Leg]] | None:

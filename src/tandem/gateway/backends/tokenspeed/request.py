@@ -65,7 +65,7 @@ def build_wire_request(ctx: RequestContext) -> tpb.GenerateRequest:
         req.top_logprobs_num = s.logprobs
     req.logprob_start_len = -1  # present and -1: no prompt logprobs
     if s.constraint is not None:
-        field, value = constraint_field(s.constraint)
+        field, value = constraint_field(s.constraint.kind, s.constraint.value)
         setattr(params, field, value)
     ctx.wire = req
     return req
