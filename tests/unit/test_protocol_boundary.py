@@ -39,6 +39,19 @@ SGLANG_MODULES = (
     "tandem.wire.sglang",
 )
 SGLANG_FOLDERS = ("tandem.gateway.backends.sglang", "tandem.worker.sglang", "tandem.wire.sglang")
+# TokenSpeed's messages (scheduler and encoder), and Tandem's module over them, likewise.
+TOKENSPEED_MODULES = (
+    "smg_grpc_proto.generated.tokenspeed_scheduler_pb2",
+    "smg_grpc_proto.generated.tokenspeed_scheduler_pb2_grpc",
+    "smg_grpc_proto.generated.tokenspeed_encoder_pb2",
+    "smg_grpc_proto.generated.tokenspeed_encoder_pb2_grpc",
+    "tandem.wire.tokenspeed",
+)
+TOKENSPEED_FOLDERS = (
+    "tandem.gateway.backends.tokenspeed",
+    "tandem.worker.tokenspeed",
+    "tandem.wire.tokenspeed",
+)
 
 
 def _module_name(path: Path) -> str:
@@ -110,6 +123,11 @@ def test_only_the_vllm_folders_speak_vllm() -> None:
 def test_only_the_sglang_folders_speak_sglang() -> None:
     found = sorted(speakers(SGLANG_MODULES, SGLANG_FOLDERS))
     assert not found, f"modules outside the SGLang folders import SGLang's messages: {found}"
+
+
+def test_only_the_tokenspeed_folders_speak_tokenspeed() -> None:
+    found = sorted(speakers(TOKENSPEED_MODULES, TOKENSPEED_FOLDERS))
+    assert not found, f"modules outside the TokenSpeed folders import its messages: {found}"
 
 
 @pytest.mark.parametrize("protocol", ["vllm", "sglang"])

@@ -1,11 +1,12 @@
 """The worker protocols a worker can serve, by ``--protocol`` (``WorkerConfig.protocol``).
 
-Each protocol's folder (``worker/vllm``, ``worker/sglang``) has an ``adapter`` module with
-``SERVER_INFO_METHOD`` (the full gRPC name of its ``GetServerInfo``, where the Tandem
-marker goes: ``worker/marker.py``) and ``serve(context, server)``, which puts the
-protocol's service on the server and returns its servicer. Only this module names the
-folders, so the process never imports a protocol's messages (docs/architecture.md,
-"Add a worker protocol"); a folder is imported only when its protocol is served.
+Each protocol's folder (``worker/vllm``, ``worker/sglang``, ``worker/tokenspeed``) has an
+``adapter`` module with ``SERVER_INFO_METHOD`` (the full gRPC name of its
+``GetServerInfo``, where the Tandem marker goes: ``worker/marker.py``) and
+``serve(context, server)``, which puts the protocol's service on the server and returns
+its servicer. Only this module names the folders, so the process never imports a
+protocol's messages (docs/architecture.md, "Add a worker protocol"); a folder is imported
+only when its protocol is served.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def adapter_for(protocol: WorkerProtocol) -> Adapter:
         from tandem.worker.vllm import adapter as module
     elif protocol == "sglang":
         from tandem.worker.sglang import adapter as module
+    elif protocol == "tokenspeed":
+        from tandem.worker.tokenspeed import adapter as module
     else:
         raise ValueError(f"unknown worker protocol {protocol!r}; one of {', '.join(PROTOCOLS)}")
     return Adapter(protocol, module.SERVER_INFO_METHOD, module.serve)

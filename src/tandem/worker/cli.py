@@ -27,15 +27,17 @@ _DEFAULTS = WorkerConfig()
 
 def add_worker_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
-        "worker", help="a gRPC worker (vLLM or SGLang protocol) over the embedded engine"
+        "worker",
+        help="a gRPC worker (vLLM, SGLang or TokenSpeed protocol) over the embedded engine",
     )
     p.add_argument("--model", default=_DEFAULTS.model, help="built-in name or checkpoint dir")
     p.add_argument(
         "--protocol",
         choices=PROTOCOLS,
         default=_DEFAULTS.protocol,
-        help="the worker protocol served: vllm (vllm.grpc.engine.VllmEngine) or sglang "
-        "(sglang.grpc.scheduler.SglangScheduler)",
+        help="the worker protocol served: vllm (vllm.grpc.engine.VllmEngine), sglang "
+        "(sglang.grpc.scheduler.SglangScheduler) or tokenspeed "
+        "(tokenspeed.grpc.scheduler.TokenSpeedScheduler)",
     )
     p.add_argument("--served-model-name", default=_DEFAULTS.served_model_name)
     p.add_argument("--host", default=_DEFAULTS.host, help="bind address")
@@ -46,13 +48,19 @@ def add_worker_parser(commands: argparse._SubParsersAction) -> None:
         help="the host others dial (KV params, READY line); default --host, "
         "required when --host is a wildcard (0.0.0.0, ::)",
     )
-    p.add_argument("--role", choices=ROLES, default=_DEFAULTS.role)
+    p.add_argument(
+        "--role",
+        choices=ROLES,
+        default=_DEFAULTS.role,
+        help="the legs served: both (aggregated), prefill, decode; encode: a TokenSpeed "
+        "E/P/D encode worker (--protocol tokenspeed, --engine embedded)",
+    )
     p.add_argument(
         "--disaggregation-bootstrap-port",
         type=int,
         default=_DEFAULTS.bootstrap_port,
-        help="--protocol sglang: also listen on this port, where decode workers reach the "
-        "KV of PD requests (the bootstrap port gateways send); default: the gRPC port",
+        help="--protocol sglang or tokenspeed: also listen on this port, where decode workers "
+        "reach the KV of PD requests (the bootstrap port gateways send); default: the gRPC port",
     )
     p.add_argument(
         "--language-model-only",
@@ -73,6 +81,13 @@ def add_worker_parser(commands: argparse._SubParsersAction) -> None:
         default=_DEFAULTS.kv_pull_wait_s,
         help="how long a decode leg waits for its prefill's KV to appear before it fails "
         "UNAVAILABLE",
+    )
+    p.add_argument(
+        "--embedding-cache-mb",
+        type=int,
+        default=_DEFAULTS.embedding_cache_mb,
+        help="--role encode: memory for image features kept by their pixels' digest, so a "
+        "repeated image is encoded once (0: off)",
     )
     p.add_argument("--kv-connector", choices=KV_CONNECTORS, default=_DEFAULTS.kv_connector)
     p.add_argument("--prefix-cache-bytes", type=int, default=_DEFAULTS.prefix_cache_bytes)
@@ -123,6 +138,7 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
         media_limits=media_limits_from_args(args),
         kv_lease_s=args.kv_lease_secs,
         kv_pull_wait_s=args.kv_pull_wait_secs,
+        embedding_cache_mb=args.embedding_cache_mb,
         kv_connector=args.kv_connector,
         prefix_cache_bytes=args.prefix_cache_bytes,
         threads=args.threads,

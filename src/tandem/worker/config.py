@@ -11,8 +11,9 @@ from tandem.media import MediaPolicy
 from tandem.worker.media_limits import MediaRefsLimitConfig
 
 # --role: the legs this worker serves. The gateway names its own pool roles apart
-# (gateway/workers/worker.py: an aggregated pool's workers are "regular" there).
-Role = Literal["prefill", "decode", "both"]
+# (gateway/workers/worker.py: an aggregated pool's workers are "regular" there). "encode":
+# a TokenSpeed E/P/D encode worker (images in, embeddings out; no Generate).
+Role = Literal["prefill", "decode", "both", "encode"]
 # kv_connector values the worker may advertise. "TandemConnector" is Tandem's own
 # side channel under its own name; "NixlConnector" advertises the same protocol under
 # the name gateways that relay vLLM's NIXL params (smg) recognise.
@@ -22,8 +23,11 @@ EngineKind = Literal["embedded", "null"]
 # --json-whitespace: what JSON grammars allow between tokens (engine/structured.py).
 JsonWhitespace = Literal["compact", "any"]
 # --protocol: the worker protocol served (worker/adapters.py): vLLM's
-# vllm.grpc.engine.VllmEngine or SGLang's sglang.grpc.scheduler.SglangScheduler.
-WorkerProtocol = Literal["vllm", "sglang"]
+# vllm.grpc.engine.VllmEngine, SGLang's sglang.grpc.scheduler.SglangScheduler or
+# TokenSpeed's tokenspeed.grpc.scheduler.TokenSpeedScheduler.
+WorkerProtocol = Literal["vllm", "sglang", "tokenspeed"]
+# The protocols whose PD legs meet at a bootstrap room (--disaggregation-bootstrap-port).
+BOOTSTRAP_PROTOCOLS: tuple[WorkerProtocol, ...] = ("sglang", "tokenspeed")
 
 ROLES: tuple[Role, ...] = get_args(Role)
 KV_CONNECTORS: tuple[KvConnector, ...] = get_args(KvConnector)
@@ -38,7 +42,7 @@ class WorkerConfig:
     protocol: WorkerProtocol = "vllm"
     host: str = "127.0.0.1"
     port: int = 0
-    # SGLang: where PD partners meet (--disaggregation-bootstrap-port, SGLang's own flag):
+    # SGLang, TokenSpeed: where PD partners meet (--disaggregation-bootstrap-port, their flag):
     # a second port of the same server with the KV side channel; None: the gRPC port.
     bootstrap_port: int | None = None
     # The host decode workers and gateways dial (KV params, READY line); None: ``host``.
@@ -56,6 +60,9 @@ class WorkerConfig:
     # How long a decode leg waits for its prefill's KV to appear (a gateway-minted transfer
     # id, an SGLang bootstrap room) before it fails UNAVAILABLE.
     kv_pull_wait_s: float = 10.0
+    # --role encode: the LRU of image features by the pixels' digest (0: off);
+    # worker/embedding_cache.py.
+    embedding_cache_mb: int = 256
     threads: int = 1
     served_model_name: str | None = None
     engine: EngineKind = "embedded"
@@ -80,6 +87,7 @@ class WorkerConfig:
             raise ValueError(f"--kv-connector must be one of {', '.join(KV_CONNECTORS)}")
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"--protocol must be one of {', '.join(PROTOCOLS)}")
+        self._check_encode_role()
         self._check_hosts()
         if not 0 <= self.port < 65536:
             raise ValueError(f"--port must be in 0..65535, got {self.port}")
@@ -88,6 +96,8 @@ class WorkerConfig:
             raise ValueError("--kv-lease-secs must be positive")
         if not self.kv_pull_wait_s >= 0:
             raise ValueError("--kv-pull-wait-secs must be >= 0")
+        if self.embedding_cache_mb < 0:
+            raise ValueError("--embedding-cache-mb must be >= 0")
         if self.prefix_cache_bytes < 0:
             raise ValueError("--prefix-cache-bytes must be >= 0")
         if self.threads < 1:
@@ -97,10 +107,10 @@ class WorkerConfig:
         port = self.bootstrap_port
         if port is None:
             return
-        if self.protocol != "sglang":
+        if self.protocol not in BOOTSTRAP_PROTOCOLS:
             raise ValueError(
-                "--disaggregation-bootstrap-port is SGLang's rendezvous port: it needs "
-                "--protocol sglang"
+                "--disaggregation-bootstrap-port is SGLang's and TokenSpeed's rendezvous port: "
+                "it needs --protocol sglang or --protocol tokenspeed"
             )
         if not 0 < port < 65536:
             raise ValueError(f"--disaggregation-bootstrap-port must be in 1..65535, got {port}")
@@ -108,6 +118,25 @@ class WorkerConfig:
             raise ValueError(
                 f"--disaggregation-bootstrap-port {port} is the --port already; leave it out "
                 "to use the gRPC port as the bootstrap port"
+            )
+
+    def _check_encode_role(self) -> None:
+        """An encode worker is TokenSpeed's E/P/D role, and it runs the vision encoder."""
+        if self.role != "encode":
+            return
+        if self.protocol != "tokenspeed":
+            raise ValueError(
+                "--role encode is TokenSpeed's E/P/D encode worker: it needs --protocol "
+                f"tokenspeed (got --protocol {self.protocol})"
+            )
+        if self.engine != "embedded":
+            raise ValueError(
+                "--role encode runs the vision encoder: it needs --engine embedded "
+                f"(got --engine {self.engine})"
+            )
+        if self.language_model_only:
+            raise ValueError(
+                "--role encode runs the vision encoder: leave out --language-model-only"
             )
 
     def _check_hosts(self) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from tandem.engine.image_encoder import ImageEncoder
 from tandem.engine.protocol import Engine
 from tandem.models.info import ModelInfo
 from tandem.worker.config import WorkerConfig
@@ -30,6 +31,9 @@ class WorkerContext:
     # Where SGLang decode legs reach this worker's KV: --disaggregation-bootstrap-port, or
     # the gRPC port when it is not given.
     bootstrap_port: int
+    # --role encode: the vision tower on its own thread (E/P/D), built by the process from
+    # the embedded engine's model; None on every other role.
+    image_encoder: ImageEncoder | None = None
 
 
 class ServedProtocol(Protocol):

@@ -12,6 +12,7 @@ import torch
 
 from tandem.engine.builtin import resolve_model
 from tandem.engine.core import EmbeddedEngine
+from tandem.engine.image_encoder import ImageEncoder
 from tandem.engine.kv_store import KvStore
 from tandem.engine.null import NullEngine, null_shape
 from tandem.engine.prefix_cache import PrefixCache
@@ -44,9 +45,15 @@ class WorkerServer:
         null = config.engine == "null"
         model_dir = resolve_model(config.model, weights=not null)
         self.info = load_model_info(model_dir, config.model)
-        self.engine: Engine = (
-            _null_engine(config, self.info) if null else _embedded_engine(config, model_dir)
-        )
+        encoder: ImageEncoder | None = None
+        if null:
+            self.engine: Engine = _null_engine(config, self.info)
+        else:
+            embedded = _embedded_engine(config, model_dir)
+            self.engine = embedded
+            if config.role == "encode":  # E/P/D: the same model's vision tower, on its thread
+                encoder = ImageEncoder(embedded.runner)
+        self.encoder = encoder
         shape = self.engine.shape
         adapter = adapter_for(config.protocol)
         self.kv_client = KvChannelClient(shape)
@@ -71,6 +78,7 @@ class WorkerServer:
             self.kv_client,
             (config.dial_host, self.port),
             self.bootstrap_port,
+            encoder,
         )
         self.servicer = adapter.serve(context, self.server)
         channel = KvChannelServer(self.engine.kv_store, shape, self.servicer.stats)
@@ -112,6 +120,8 @@ class WorkerServer:
             self._expiry.cancel()
         await self.server.stop(grace_s)
         await self.kv_client.close()
+        if self.encoder is not None:
+            self.encoder.close()
         self.engine.stop()
 
 

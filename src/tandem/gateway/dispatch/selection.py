@@ -21,7 +21,8 @@ def candidates(
     registry: WorkerRegistry, ctx: RequestContext, role: str, exclude: set[str]
 ) -> list[Worker]:
     pool = [w for w in registry.available(role, ctx.model.model_id) if w.url not in exclude]
-    if ctx.media_urls and role in ("regular", "prefill"):
+    vision_here = role == "regular" or (role == "prefill" and not _encoded_elsewhere(registry, ctx))
+    if ctx.media_urls and vision_here:
         pool = [w for w in pool if w.supports_vision]
     if ctx.mm_path == "worker":
         pool = filter_media_ref_capable(pool, lambda w: w.accepts_media_refs, role)
@@ -59,3 +60,9 @@ def claim(worker: Worker, policy: Policy, ctx: RequestContext) -> Callable[[bool
         policy.on_request_complete(worker, selection_input(ctx))
 
     return close
+
+
+def _encoded_elsewhere(registry: WorkerRegistry, ctx: RequestContext) -> bool:
+    """E/P/D: the model has encode workers, so a prefill worker takes image features and
+    needs no vision tower of its own (a language-model-only one serves image requests)."""
+    return bool(registry.workers("encode", ctx.model.model_id))

@@ -49,17 +49,17 @@ def bootstrap_of(request: spb.GenerateRequest) -> Bootstrap | None:
 
 def leg_of(request: spb.GenerateRequest, role: Role) -> Leg:
     """The leg a request is on this worker (no checks: the leg counter uses it too)."""
-    if not request.HasField("disaggregated_params") or role == "both":
+    if not request.HasField("disaggregated_params") or role not in ("prefill", "decode"):
         return "aggregated"
-    return role
+    return "prefill" if role == "prefill" else "decode"
 
 
 def check_leg(bootstrap: Bootstrap | None, role: Role) -> Leg:
     if bootstrap is None:
         return "aggregated"  # a prefill or decode worker serves a plain request whole
-    if role == "both":
+    if role not in ("prefill", "decode"):
         raise ValueError(NOT_DISAGGREGATED)
-    return role
+    return "prefill" if role == "prefill" else "decode"
 
 
 def prefill_kv(bootstrap: Bootstrap, request_id: str) -> RemoteKv:

@@ -29,10 +29,10 @@ import grpc
 import numpy as np
 
 from tandem.errors import TandemError, error_from_grpc, make_error
-from tandem.gateway.pd.bootstrap_ports import BootstrapPorts
 from tandem.gateway.backends.tokenspeed.client import TokenSpeedClient
 from tandem.gateway.backends.tokenspeed.mm_items import item_rows
 from tandem.gateway.backends.tokenspeed.pd import mint_room
+from tandem.gateway.pd.bootstrap_ports import BootstrapPorts
 from tandem.gateway.types import ENCODE_POLICIES, EncodePolicy
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker

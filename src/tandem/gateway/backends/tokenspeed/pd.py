@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import secrets
 
-from tandem.gateway.pd.bootstrap_ports import BootstrapPorts
 from tandem.gateway.dispatch.streams import OpenedStream
+from tandem.gateway.pd.bootstrap_ports import BootstrapPorts
 from tandem.gateway.pd.kv_release import release_held_kv
 from tandem.gateway.pd.parallel import run_parallel
 from tandem.gateway.pd.selection import Pair
