@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tandem.errors import TandemError
-from tandem.gateway.backends.constraint_fields import ANY_OBJECT_SCHEMA
+from tandem.gateway.backends.scheduler.constraints import ANY_OBJECT_SCHEMA
 from tandem.gateway.backends.tokenspeed.backend import TokenSpeedBackend
 from tandem.gateway.backends.tokenspeed.mm_items import attach_images
 from tandem.gateway.context import RequestContext

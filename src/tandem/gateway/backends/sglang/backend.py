@@ -10,8 +10,9 @@ pairs for a text request, one request otherwise; no seed and no video (refused b
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from tandem.errors import make_error
+from tandem.gateway.backends.scheduler.backend import SchedulerBackend
 from tandem.gateway.backends.sglang.mm_inputs import attach_images
 from tandem.gateway.backends.sglang.pd import Bootstraps, open_rooms
 from tandem.gateway.backends.sglang.request import build_wire_request
@@ -19,17 +20,16 @@ from tandem.gateway.backends.sglang.sender import SglangSender
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.streams import OpenedStream
-from tandem.gateway.multimodal.plan import MediaPlan
 from tandem.gateway.multimodal.process import ProcessedImages
-from tandem.gateway.multimodal.videos import ProcessedVideos
 from tandem.gateway.pd.selection import Pair
 from tandem.gateway.workers.protocol import Leg
 from tandem.gateway.workers.registry import WorkerRegistry
-from tandem.gateway.workers.worker import Worker
+from tandem.models.info import ModelInfo
+from tandem.wire.pixels import PixelPayload
 from tandem.wire.sglang import spb
 
 
-class SglangBackend:
+class SglangBackend(SchedulerBackend):
     """``sglang.grpc.scheduler.SglangScheduler`` workers (SGLang's, and Tandem's)."""
 
     name = "sglang"
@@ -45,40 +45,20 @@ class SglangBackend:
     def build_request(self, ctx: RequestContext) -> None:
         build_wire_request(ctx)
 
-    def attach_router_media(
-        self,
-        ctx: RequestContext,
-        images: ProcessedImages | None,
-        videos: ProcessedVideos | None,
-        pixel_dtype: str,
-    ) -> None:
-        if videos is not None or images is None:  # build_request refused videos already
-            raise make_error(
-                "multimodal_not_supported",
-                "video input is not supported over the sglang worker protocol (images only)",
-            )
-        expanded, ranges, ctx.pixels = attach_images(
-            ctx.wire, ctx.prompt_ids, images, ctx.model.info, pixel_dtype
-        )
-        ctx.media_runs = [
-            (offset, length, h) for (offset, length), h in zip(ranges, images.hashes, strict=True)
-        ]
-        ctx.worker_ids = expanded
+    def attach_images(
+        self, leg: Any, ids: Sequence[int], images: ProcessedImages, info: ModelInfo, dtype: str
+    ) -> tuple[list[int], list[tuple[int, int]], PixelPayload]:
+        return attach_images(leg, ids, images, info, dtype)
 
-    async def forward_media_refs(
-        self,
-        ctx: RequestContext,
-        config: GatewayConfig,
-        workers: Sequence[Worker],
-        plan: MediaPlan,
-    ) -> None:
-        # Unreachable with the path decision (SGLang workers advertise no media processor),
-        # and --mm-processing worker is refused with this backend at start-up.
-        raise make_error(
-            "multimodal_not_supported",
-            "the sglang worker protocol carries preprocessed pixels, not media URLs: "
-            "images are processed in the gateway (--mm-processing router)",
-        )
+    def has_media(self, leg: Leg) -> bool:
+        return bool(leg.HasField("mm_inputs"))
+
+    def single_sample(self, leg: Leg, index: int) -> Leg:
+        sub = spb.GenerateRequest()
+        sub.CopyFrom(leg)
+        sub.request_id = f"{leg.request_id}-{index}"
+        sub.sampling_params.n = 1
+        return sub
 
     async def open_pair(
         self,
@@ -91,18 +71,3 @@ class SglangBackend:
     ) -> OpenedStream:
         pixels, ctx.pixels = ctx.pixels, None  # they travel once, with the prefill leg
         return await open_rooms(ctx.wire, pair, registry, timeout_s, self.bootstraps, pixels)
-
-    def fanout(self, leg: Leg, parallel: bool) -> list[tuple[str, Leg]] | None:
-        """n > 1 on a text request: n single-sample pairs, each with its own room (its own
-        prefill KV to pull); a request with images stays one pair (its pixels go once)."""
-        n = max(1, leg.sampling_params.n)
-        if n == 1 or leg.HasField("mm_inputs"):
-            return None
-        subs: list[tuple[str, Leg]] = []
-        for i in range(n):
-            sub = spb.GenerateRequest()
-            sub.CopyFrom(leg)
-            sub.request_id = f"{leg.request_id}-{i}"
-            sub.sampling_params.n = 1
-            subs.append((sub.request_id, sub))
-        return subs

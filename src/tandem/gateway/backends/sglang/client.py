@@ -1,113 +1,37 @@
-"""A typed client for one worker's ``sglang.grpc.scheduler.SglangScheduler`` service.
-
-Abort-on-drop, the channel, the tokenizer check and the KV release are every protocol's
-(``backends/grpc_client.py``); this adds SGLang's messages: its info calls read into
-labels, ``GetLoads``, its one-id ``Abort`` (with a reason), and ``Generate`` with the
-pixels spliced into the request bytes (``splice.py``).
-"""
+"""A typed client for one worker's ``sglang.grpc.scheduler.SglangScheduler`` service: the
+scheduler client (``backends/scheduler/client.py``) with SGLang's messages, its labels,
+the load sections smg asks for, and the pixels spliced into the request bytes as
+``mm_inputs.pixel_values`` (``splice.py``)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Sequence
+from typing import Any
 
-from smg_grpc_proto.generated import common_pb2 as common
-
-from tandem.gateway.backends.grpc_client import GrpcWorkerClient, LegStream
-from tandem.gateway.backends.sglang.frames import frame_of
+from tandem.gateway.backends.scheduler.client import SchedulerClient
 from tandem.gateway.backends.sglang.labels import model_id_of, worker_labels
 from tandem.gateway.backends.sglang.splice import serialize_with_pixels
-from tandem.gateway.workers.protocol import WorkerDescription
-from tandem.gateway.workers.worker import EngineLoad
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.sglang import GENERATE_METHOD, spb, spb_grpc
 
 # What smg asks GetLoads for; a worker answers the sections it has.
 LOAD_SECTIONS = ("core", "disagg", "queues", "memory")
-DROP_REASON = "Stream dropped"
 
 
-class SglangClient(GrpcWorkerClient):
-    """One gRPC channel to one SGLang-protocol worker ("host:port"); a
-    :class:`~tandem.gateway.workers.protocol.WorkerClient`."""
+class SglangClient(SchedulerClient):
+    messages = spb
+    generate_method = GENERATE_METHOD
 
     def __init__(self, url: str, *, abort_timeout_s: float = 5.0) -> None:
-        super().__init__(url, abort_timeout_s=abort_timeout_s)
-        self._stub = spb_grpc.SglangSchedulerStub(self._channel)
-        self._generate_raw = self._channel.unary_stream(
-            GENERATE_METHOD,
-            request_serializer=bytes,
-            response_deserializer=spb.GenerateResponse.FromString,
-        )
+        super().__init__(url, spb_grpc.SglangSchedulerStub, abort_timeout_s)
 
-    async def describe(self, timeout: float) -> WorkerDescription:
-        """``GetModelInfo`` and ``GetServerInfo`` (with the Tandem marker) read into labels;
-        ValueError when the worker names no model."""
-        model_info, (server_info, marker) = await asyncio.gather(
-            self._stub.GetModelInfo(
-                spb.GetModelInfoRequest(), timeout=timeout, wait_for_ready=True
-            ),
-            self.with_marker(
-                self._stub.GetServerInfo(
-                    spb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
-                )
-            ),
-        )
-        model_id = model_id_of(model_info)
-        if not model_id:
-            raise ValueError(f"worker {self.url} reported neither a served model name nor a path")
-        return WorkerDescription(model_id, worker_labels(model_info, server_info, marker))
+    def labels(self, model_info: Any, server_info: Any, marker: str) -> dict[str, str]:
+        return worker_labels(model_info, server_info, marker)
 
-    async def speaks_protocol(self, timeout: float) -> bool:
-        """Whether the worker serves this protocol (waits up to ``timeout`` for it to come up)."""
-        return await self.answers(
-            self._stub.HealthCheck(spb.HealthCheckRequest(), timeout=timeout, wait_for_ready=True)
-        )
+    def model_id(self, model_info: Any) -> str:
+        return model_id_of(model_info)
 
-    async def health_check(self, timeout: float = 2.0) -> bool:
-        """True iff the worker answered in time and said it is healthy."""
-        return await self.answered_healthy(
-            self._stub.HealthCheck(spb.HealthCheckRequest(), timeout=timeout)
-        )
+    def loads_request(self) -> spb.GetLoadsRequest:
+        return spb.GetLoadsRequest(include=list(LOAD_SECTIONS))
 
-    async def get_loads(self, timeout: float | None = None) -> spb.GetLoadsResponse:
-        request = spb.GetLoadsRequest(include=list(LOAD_SECTIONS))
-        return await self._stub.GetLoads(request, timeout=timeout)
-
-    async def engine_load(self, timeout: float = 2.0) -> EngineLoad | None:
-        counts = await self.read_load(self.get_loads(timeout))
-        return EngineLoad(*counts) if counts is not None else None
-
-    async def get_tokenizer(self, timeout: float | None = None) -> bytes:
-        """The worker's tokenizer archive (zip bytes), checked against its sha256."""
-        call = self._stub.GetTokenizer(common.GetTokenizerRequest(), timeout=timeout)
-        return await self.read_tokenizer(call)
-
-    async def abort(self, request_ids: Sequence[str], timeout: float | None = None) -> None:
-        # SGLang's Abort names one request: one call per id, all at once.
-        wait = self.abort_timeout_s if timeout is None else timeout
-        await asyncio.gather(
-            *(
-                self._stub.Abort(spb.AbortRequest(request_id=rid, reason=DROP_REASON), timeout=wait)
-                for rid in request_ids
-            )
-        )
-
-    def generate(
-        self,
-        request: spb.GenerateRequest,
-        timeout: float | None = None,
-        pixels: PixelPayload | None = None,
-        on_done: Callable[[], None] | None = None,
-    ) -> LegStream:
-        """Start ``Generate``; errors (even "could not connect") surface while iterating.
-
-        ``pixels`` (kept outside the message) are serialized here, once, into the
-        outgoing bytes; the caller may drop its reference as soon as this returns.
-        """
-        if pixels is None:
-            call = self._stub.Generate(request, timeout=timeout)
-        else:
-            call = self._generate_raw(serialize_with_pixels(request, pixels), timeout=timeout)
-        n = max(1, request.sampling_params.n)
-        return self.leg_stream(call, request.request_id, n, frame_of, on_done)
+    def serialize(self, request: Any, pixels: PixelPayload) -> bytes:
+        return serialize_with_pixels(request, pixels)

@@ -11,8 +11,8 @@ video (SGLang's multimodal inputs here are images).
 from __future__ import annotations
 
 from tandem.errors import make_error
-from tandem.gateway.backends.constraint_fields import ANY_OBJECT_SCHEMA, constraint_field
 from tandem.gateway.backends.sampling_checks import check_logit_bias
+from tandem.gateway.backends.scheduler.constraints import ANY_OBJECT_SCHEMA, constraint_field
 from tandem.gateway.context import RequestContext
 from tandem.gateway.pipeline.generation_request import Constraint
 from tandem.wire.sglang import spb
@@ -68,6 +68,6 @@ def build_wire_request(ctx: RequestContext) -> spb.GenerateRequest:
 
 
 def set_constraint(params: spb.SamplingParams, constraint: Constraint) -> None:
-    """The constraint in SGLang's oneof (``backends/constraint_fields.py``)."""
+    """The constraint in SGLang's oneof (``backends/scheduler/constraints.py``)."""
     field, value = constraint_field(constraint.kind, constraint.value)
     setattr(params, field, value)

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
-from tandem.errors import make_error
+from tandem.gateway.backends.scheduler.backend import SchedulerBackend
 from tandem.gateway.backends.tokenspeed.epd import EncodeStage
 from tandem.gateway.backends.tokenspeed.mm_items import attach_images
 from tandem.gateway.backends.tokenspeed.pd import KvBootstraps, open_rooms
@@ -22,19 +23,18 @@ from tandem.gateway.backends.tokenspeed.sender import TokenSpeedSender
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.streams import OpenedStream
-from tandem.gateway.multimodal.plan import MediaPlan
 from tandem.gateway.multimodal.process import ProcessedImages
-from tandem.gateway.multimodal.videos import ProcessedVideos
 from tandem.gateway.pd.selection import Pair
 from tandem.gateway.workers.protocol import Leg
 from tandem.gateway.workers.registry import WorkerRegistry
-from tandem.gateway.workers.worker import Worker
+from tandem.models.info import ModelInfo
+from tandem.wire.pixels import PixelPayload
 from tandem.wire.tokenspeed import tpb
 
 UINT64_MASK = (1 << 64) - 1
 
 
-class TokenSpeedBackend:
+class TokenSpeedBackend(SchedulerBackend):
     """``tokenspeed.grpc.scheduler.TokenSpeedScheduler`` workers (TokenSpeed's, and Tandem's)."""
 
     name = "tokenspeed"
@@ -58,41 +58,24 @@ class TokenSpeedBackend:
     def build_request(self, ctx: RequestContext) -> None:
         build_wire_request(ctx)
 
-    def attach_router_media(
-        self,
-        ctx: RequestContext,
-        images: ProcessedImages | None,
-        videos: ProcessedVideos | None,
-        pixel_dtype: str,
-    ) -> None:
-        if videos is not None or images is None:  # build_request refused videos already
-            raise make_error(
-                "multimodal_not_supported",
-                "video input is not supported over the tokenspeed worker protocol here "
-                "(images only)",
-            )
-        expanded, ranges, ctx.pixels = attach_images(
-            ctx.wire, ctx.prompt_ids, images, ctx.model.info, pixel_dtype
-        )
-        ctx.media_runs = [
-            (offset, length, h) for (offset, length), h in zip(ranges, images.hashes, strict=True)
-        ]
-        ctx.worker_ids = expanded
+    def attach_images(
+        self, leg: Any, ids: Sequence[int], images: ProcessedImages, info: ModelInfo, dtype: str
+    ) -> tuple[list[int], list[tuple[int, int]], PixelPayload]:
+        return attach_images(leg, ids, images, info, dtype)
 
-    async def forward_media_refs(
-        self,
-        ctx: RequestContext,
-        config: GatewayConfig,
-        workers: Sequence[Worker],
-        plan: MediaPlan,
-    ) -> None:
-        # Unreachable with the path decision (these workers advertise no media processor),
-        # and --mm-processing worker is refused with this backend at start-up.
-        raise make_error(
-            "multimodal_not_supported",
-            "the tokenspeed worker protocol carries preprocessed tensors, not media URLs: "
-            "images are processed in the gateway (--mm-processing router)",
-        )
+    def has_media(self, leg: Leg) -> bool:
+        return bool(leg.mm_inputs.items)
+
+    def single_sample(self, leg: Leg, index: int) -> Leg:
+        """With its own seed ``s + index`` (wrapping), so the samples differ."""
+        sub = tpb.GenerateRequest()
+        sub.CopyFrom(leg)
+        sub.request_id = f"{leg.request_id}-{index}"
+        sub.sampling_params.n = 1
+        if leg.sampling_params.HasField("sampling_seed"):
+            seed = leg.sampling_params.sampling_seed + index
+            sub.sampling_params.sampling_seed = seed & UINT64_MASK
+        return sub
 
     async def open_pair(
         self,
@@ -116,23 +99,3 @@ class TokenSpeedBackend:
             ctx.wire = leg
             ctx.served_by += [f"encode={url}" for url in encoders]
         return await open_rooms(ctx.wire, pair, registry, timeout_s, self.bootstraps, pixels)
-
-    def fanout(self, leg: Leg, parallel: bool) -> list[tuple[str, Leg]] | None:
-        """n > 1 on a text request: n single-sample pairs, each with its own room (a room
-        is one prefill's KV) and seed ``s + i``; a request with images stays one pair (its
-        pixels go once)."""
-        n = max(1, leg.sampling_params.n)
-        if n == 1 or leg.mm_inputs.items:
-            return None
-        subs: list[tuple[str, Leg]] = []
-        for i in range(n):
-            sub = tpb.GenerateRequest()
-            sub.CopyFrom(leg)
-            sub.request_id = f"{leg.request_id}-{i}"
-            sub.sampling_params.n = 1
-            if leg.sampling_params.HasField("sampling_seed"):
-                sub.sampling_params.sampling_seed = (leg.sampling_params.sampling_seed + i) & (
-                    UINT64_MASK
-                )
-            subs.append((sub.request_id, sub))
-        return subs

@@ -12,8 +12,8 @@ media work or leg: video (Tandem's TokenSpeed legs carry images).
 from __future__ import annotations
 
 from tandem.errors import make_error
-from tandem.gateway.backends.constraint_fields import constraint_field
 from tandem.gateway.backends.sampling_checks import check_logit_bias
+from tandem.gateway.backends.scheduler.constraints import constraint_field
 from tandem.gateway.context import RequestContext
 from tandem.wire.tokenspeed import tpb
 
