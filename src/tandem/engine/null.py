@@ -158,7 +158,11 @@ class NullEngine:
     def _export(self, request: EngineRequest) -> None:
         zeros = torch.zeros(1, len(request.prompt_ids), 1)
         transfer_id = request.export_transfer_id or ""
-        self.kv_store.put(transfer_id, [(zeros, zeros)], request.prompt_ids, [])
+        # The media description goes with the KV as the embedded engine's does: a decode leg
+        # that carries no media of its own (or only metadata to check) reads it there.
+        self.kv_store.put(
+            transfer_id, [(zeros, zeros)], request.prompt_ids, [], media=request.media
+        )
 
     async def _samples(self, request: EngineRequest) -> AsyncIterator[EngineOutput]:
         cached = request.local_cached_tokens

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tandem.engine.block_keys import block_keys
@@ -23,6 +24,7 @@ from tandem.engine.request import EngineOutput, EngineRequest
 from tandem.engine.runner import ModelRunner
 from tandem.engine.sampling import SamplingConfig
 from tandem.engine.stats import EngineCounters
+from tandem.engine.types import MediaInputs, MediaItem
 from tandem.models.info import load_model_info
 
 BLOCK = 4
@@ -136,3 +138,26 @@ def test_a_prefix_lookup_is_counted(engine: Engine) -> None:
     n_blocks, _ = engine.match_prefix(keys)
     assert n_blocks == 0
     assert engine.counters()["prefix_cache_lookups"] == before + 1
+
+
+def test_the_null_engine_keeps_the_media_description_with_its_kv(qwen_dir: Path) -> None:
+    """As the embedded engine does: a decode leg with only item metadata (TokenSpeed's)
+    checks its items against the prefill's description, so the null engine must keep it."""
+    engine = build_engine("null", qwen_dir)
+    engine.start()
+    try:
+        request = _request("r-media", export="t-media")
+        request.media = MediaInputs(
+            items=[MediaItem("digest-1", 2, 4)],
+            im_token_id=7,
+            pixel_values=np.ones((4, 3), np.float32),
+            grids={"image_grid_thw": np.array([[1, 2, 2]])},
+        )
+        asyncio.run(_collect(engine, request))
+        held = engine.kv_store.get("t-media")
+        assert held is not None and held.media is not None
+        assert [item.mm_hash for item in held.media.items] == ["digest-1"]
+        assert held.media.pixel_values is None  # pixel-free
+        assert held.media.grids["image_grid_thw"].tolist() == [[1, 2, 2]]
+    finally:
+        engine.stop()
