@@ -119,7 +119,7 @@ def wait_port_free(port: int, timeout: float = 30.0) -> None:
     raise RuntimeError(f"port {port} still in use after {timeout}s")
 
 
-def _spawn(name: str, cpus: str, argv: list[str], ready: re.Pattern | None) -> Proc:
+def spawn(name: str, cpus: str, argv: list[str], ready: re.Pattern | None) -> Proc:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     popen = subprocess.Popen(
         ["taskset", "-c", cpus, *argv],
@@ -162,7 +162,7 @@ def start_worker(
     argv = [sys.executable, "-m", "tandem.cli", "worker", "--engine", "null", "--role", role]
     argv += ["--model", model, "--mm-processor", processor, "--kv-connector", "NixlConnector"]
     argv += ["--null-token-delay-ms", str(token_delay_ms), "--log-level", "warning"]
-    return _spawn(f"worker-{role}", cpus, argv, READY)
+    return spawn(f"worker-{role}", cpus, argv, READY)
 
 
 def pd_or_agg(urls: dict[str, str], scheme: str = "") -> list[str]:
@@ -175,7 +175,7 @@ def pd_or_agg(urls: dict[str, str], scheme: str = "") -> list[str]:
 def start_tandem(urls: dict[str, str], cpus: str, *extra: str, name: str = "tandem") -> Proc:
     argv = [sys.executable, "-m", "tandem.cli", "gateway", "--port", "0", "--host", HOST]
     argv += ["--mm-processing", "router", "--log-level", "warning", *pd_or_agg(urls), *extra]
-    return wait_ready(_spawn(name, cpus, argv, READY))
+    return wait_ready(spawn(name, cpus, argv, READY))
 
 
 SMG_INLINE = ("--multimodal-tensor-transport", "inline", "--mm-pixel-cache-mb", "0")
@@ -195,7 +195,7 @@ def start_smg(
     argv += ["--prometheus-host", HOST, "--prometheus-port", str(metrics_port)]
     argv += ["--mm-processing", "router", *extra]
     argv += ["--log-level", "warn", *pd_or_agg(urls, "grpc://")]
-    proc = _spawn(name, cpus, argv, None)
+    proc = spawn(name, cpus, argv, None)
     proc.address = f"http://{join_host_port(HOST, port)}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
