@@ -27,7 +27,7 @@ HOST = "127.0.0.1"
 SMG_READY_S = 90.0  # registration is quick; 90 s bounds a slow, loaded 2-core machine
 
 
-def _spawn(argv: list[str], name: list[str]) -> tuple[Proc, threading.Event]:
+def spawn(argv: list[str], name: list[str]) -> tuple[Proc, threading.Event]:
     """Start ``argv`` with stdout+stderr merged into a background-collected ``Proc``."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     popen = subprocess.Popen(
@@ -50,7 +50,7 @@ def start_pd_workers(model: str, *extra: str) -> tuple[Proc, Proc]:
     for role in ("prefill", "decode"):
         args = ["worker", "--role", role, "--model", model, "--host", HOST, "--port", "0"]
         args += ["--kv-connector", "NixlConnector", "--log-level", "info", *extra]
-        started.append(_spawn([sys.executable, "-m", "tandem.cli", *args], args))
+        started.append(spawn([sys.executable, "-m", "tandem.cli", *args], args))
     try:
         prefill, decode = (wait_ready(proc, ready) for proc, ready in started)
     except Exception:
@@ -82,7 +82,7 @@ class Smg:
             worker_args = ["--pd-disaggregation", "--prefill", f"grpc://{prefill.address}"]
             worker_args += ["--decode", f"grpc://{decode.address}"]
         argv += worker_args
-        self.proc, _ = _spawn(argv, ["smg", mm_processing, model])
+        self.proc, _ = spawn(argv, ["smg", mm_processing, model])
         self.base_url = f"http://{HOST}:{self.port}/v1"
         try:
             self._wait_model(model)

@@ -7,13 +7,16 @@ computes the image's features on the encoder's own thread — or takes them from
 by the gateway's hash, so two images that differ in any pixel never share features. The
 features wait under ``embedding_transfer_id(room)`` in the embedding store until the
 prefill worker that holds the room pulls them over ``tandem.kv.EmbeddingTransfer``
-(``worker/embedding_channel.py``); an encode that fails marks the room failed, so that
-prefill learns why at once instead of waiting out its timeout.
+(``worker/embedding_channel.py``). An encode that fails, and an ``Encode`` refused whose
+room is readable, mark the room failed, so that prefill learns why at once instead of
+waiting out its timeout: a gateway that only logs a failed ``Encode`` (smg does, and then
+gives up on a prefill silent for 3 s) would otherwise answer a timeout, not the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -86,6 +89,13 @@ def encode_job(
     return room, pixels, grid
 
 
+def assigned_room(request: epb.EncodeRequest) -> int | None:
+    """The one room an ``Encode`` names, if it names exactly one valid one."""
+    if len(request.items) != 1 or request.items[0].bootstrap_room < 0:
+        return None
+    return int(request.items[0].bootstrap_room)
+
+
 def _has_grid(item: tpb.MultimodalItem) -> bool:
     return GRID_KEY in item.model_specific_tensors
 
@@ -115,6 +125,7 @@ class EncodeService(epb_grpc.TokenSpeedEncoderServicer):
             room, pixels, grid = encode_job(request, self.model)
         except EncodeRefused as exc:
             self.refused += 1
+            self._fail_room(request, str(exc))
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         # Copied out of the message: the job outlives this call's request bytes.
         pixels = np.array(pixels)
@@ -125,6 +136,15 @@ class EncodeService(epb_grpc.TokenSpeedEncoderServicer):
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
         return epb.EncodeResponse(accepted=True)
+
+    def _fail_room(self, request: epb.EncodeRequest, reason: str) -> None:
+        """Tell the prefill waiting on a refused ``Encode``'s room why, at once."""
+        room = assigned_room(request)
+        if room is None:
+            return
+        # A room that already holds an embedding keeps it: its prefill gets what it was for.
+        with contextlib.suppress(ValueError):
+            self.store.fail(embedding_transfer_id(room), f"the encode worker refused it: {reason}")
 
     async def _encode(
         self, request_id: str, transfer_id: str, pixels: np.ndarray, grid: np.ndarray | None

@@ -5,7 +5,8 @@ can serve such legs).
 ``encode_bootstrap_info.items[i]`` names, for item ``item_index``, the encode worker's
 bootstrap address (its host and ``--disaggregation-bootstrap-port``, or gRPC port) and the
 item's room; the features wait there under ``embedding_transfer_id(room)`` (the encode may
-still be running: the pull waits up to ``--kv-pull-wait-secs``). Each item's identity (its
+still be running: the pull waits up to ``--kv-pull-wait-secs``); a prompt whose image
+tokens, ranges and grids disagree is refused before any pull. Each item's identity (its
 ``mm_hash``, which salts the prefix cache and the KV the decode leg pulls) is the encode
 worker's digest of the pixels it encoded, never the gateway's hash. An item that carries
 its own pixels and no entry is encoded here as usual.
@@ -24,7 +25,7 @@ from tandem.models.info import ModelInfo
 from tandem.wire.tokenspeed import embedding_transfer_id, tpb
 from tandem.worker.embedding_channel import EmbeddingClient, PulledEmbedding
 from tandem.worker.refusals import RequestRefused
-from tandem.worker.tokenspeed.media import LMO_REASON, WireItem, stack_tensors
+from tandem.worker.tokenspeed.media import LMO_REASON, WireItem, check_layout, stack_tensors
 
 PULL_FAILED = "could not pull an image's embedding from its encode worker"
 
@@ -68,6 +69,7 @@ def embedding_sources(
 
 async def embedded_media(
     request: tpb.GenerateRequest,
+    ids: list[int],
     items: list[WireItem],
     model: ModelInfo,
     client: EmbeddingClient,
@@ -81,6 +83,9 @@ async def embedded_media(
     sources = embedding_sources(request, items)
     if len(sources) < len(items) and not supports_vision:
         raise ValueError(f"{LMO_REASON}: items without an encode worker need one")
+    # Before the pulls: they would wait out their timeout for encodes that a prompt the
+    # engine would refuse never gets (the encode worker refuses such an item too).
+    check_layout(ids, items, model)
     pulled = await asyncio.gather(
         *(_pull(client, address, transfer, wait_s) for address, transfer in sources.values())
     )

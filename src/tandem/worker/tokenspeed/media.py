@@ -15,6 +15,11 @@ image's KV.
 A decode leg's items carry the metadata only (no ``encoder_input``, and if one is sent
 it is ignored): its media come from the prefill's description over the KV side channel,
 and ``check_described`` holds the two to the same number of items.
+
+``check_layout`` holds a prompt, its ranges and grids to the engine's own layout rules
+without pixels, so an E/P/D prefill refuses a mislaid prompt before it waits for
+embeddings its encode workers will never store (smg 1.13 sends LLaVA images too few
+tokens, then answers a prefill silent for 3 s with 504 instead of the refusal).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tandem.engine.refusals import RefusedField
+from tandem.engine.runner_media import plan_media
 from tandem.engine.types import MediaInputs, MediaItem
 from tandem.media import media_hash
 from tandem.models.info import ModelInfo
@@ -196,6 +202,19 @@ def refuse_media_tokens(ids: Sequence[int], model: ModelInfo) -> None:
             f"the prompt holds {count} image token(s) (id {model.image_token_id}) but the "
             "request carries no mm_inputs.items; send one item per image"
         )
+
+
+def check_layout(ids: Sequence[int], items: list[WireItem], model: ModelInfo) -> None:
+    """The prompt's image tokens, the items' ranges and their grids describe the same
+    images, as the engine plans them (its MediaLayoutError, a ValueError, when not)."""
+    if not items:
+        return
+    described = MediaInputs(
+        items=[MediaItem("", item.offset, item.length) for item in items],
+        im_token_id=model.image_token_id,
+        grids=stack_tensors(items),
+    )
+    plan_media(ids, described, model)
 
 
 def pixel_media(items: list[WireItem], model: ModelInfo, *, supports_vision: bool) -> MediaInputs:

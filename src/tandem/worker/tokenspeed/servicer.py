@@ -208,6 +208,7 @@ class TokenSpeedServicer(Unimplemented, tpb_grpc.TokenSpeedSchedulerServicer):
         (``encode_bootstrap_info``, one room per item) instead of computed from pixels."""
         return await embedded_media(
             request,
+            ids,
             items,
             self.model,
             self._embeddings,
