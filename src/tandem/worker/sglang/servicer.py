@@ -18,7 +18,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,11 +34,11 @@ from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient
 from tandem.worker.output_plan import plan_outputs
 from tandem.worker.refusals import (
-    KvImportError,
     RequestRefused,
     generation_refusal,
     planning_refusal,
 )
+from tandem.worker.room_legs import RoomKvLegs
 from tandem.worker.sglang import bootstrap, info
 from tandem.worker.sglang.inputs import (
     prefill_sampling,
@@ -63,7 +63,7 @@ class _Plan:
     stop_ids: frozenset[int]  # a "stop" ending on one of these names it (matched_token_id)
 
 
-class SglangServicer(Unimplemented, spb_grpc.SglangSchedulerServicer):
+class SglangServicer(RoomKvLegs, Unimplemented, spb_grpc.SglangSchedulerServicer):
     def __init__(
         self,
         config: WorkerConfig,
@@ -178,34 +178,6 @@ class SglangServicer(Unimplemented, spb_grpc.SglangSchedulerServicer):
             request, ids, self.model, supports_vision=not self.config.language_model_only
         )
 
-    async def _import(self, engine_request: EngineRequest, remote: handoff.RemoteKv) -> None:
-        try:
-            described = await handoff.import_described(
-                self.kv_client,
-                self.engine,
-                remote,
-                engine_request.prompt_ids,
-                self.config.kv_pull_wait_s,
-            )
-        except Exception as exc:
-            raise KvImportError(f"{remote.address}: {_reason(exc)}") from exc
-        engine_request.imported_kv = described.kv
-        engine_request.local_cached_tokens = described.local_cached_tokens
-        engine_request.media = described.media
-
-    async def _release(self, remote: handoff.RemoteKv, *, wait: bool) -> None:
-        """Free the prefill's KV; if it is not held yet (its leg still computing) and
-        ``wait``, free it once it appears, in the background."""
-        if await handoff.release_quietly(self.kv_client, remote) or not wait:
-            return
-        wait_s = self.config.kv_pull_wait_s
-        self._spawn(handoff.release_quietly(self.kv_client, remote, wait_s))
-
-    def _spawn(self, work: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
     async def _run(
         self, request: spb.GenerateRequest, rid: str, plan: _Plan
     ) -> AsyncIterator[spb.GenerateResponse]:
@@ -254,12 +226,6 @@ class SglangServicer(Unimplemented, spb_grpc.SglangSchedulerServicer):
     def stats(self) -> dict[str, Any]:
         """Counters for the side channel's Stats call and tests."""
         return {**self.engine.counters(), "media_items_processed": 0}
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, grpc.aio.AioRpcError):
-        return f"{exc.code().name}: {exc.details()}"
-    return str(exc) or type(exc).__name__
 
 
 def _chunk(out: EngineOutput, top: int) -> spb.GenerateStreamChunk:
