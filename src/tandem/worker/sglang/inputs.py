@@ -17,20 +17,19 @@ from __future__ import annotations
 
 import math
 
-from tandem.ascii_int import ascii_int
-from tandem.engine.logprobs import MAX_TOP_LOGPROBS
 from tandem.engine.refusals import RefusedField
 from tandem.engine.sampling import SamplingConfig
-from tandem.engine.structured_spec import Constraint, ConstraintKind
 from tandem.wire.sglang import spb
+from tandem.worker.scheduler_inputs import (
+    CONSTRAINT_KINDS,
+    logit_bias,
+    logprobs_of,
+    prefill_sampling,
+    prompt_ids,
+    sampling_n,
+    wire_constraint,
+)
 
-# The constraint oneof → the engine's kinds (SGLang's EBNF is the engine's "grammar").
-CONSTRAINT_KINDS: dict[str, ConstraintKind] = {
-    "regex": "regex",
-    "json_schema": "json_schema",
-    "ebnf_grammar": "grammar",
-    "structural_tag": "structural_tag",
-}
 _FLOATS = (
     "temperature",
     "top_p",
@@ -39,15 +38,6 @@ _FLOATS = (
     "presence_penalty",
     "repetition_penalty",
 )
-
-
-def prompt_ids(request: spb.GenerateRequest) -> list[int]:
-    if not request.HasField("tokenized"):
-        raise ValueError("tokenized input must be provided (GenerateRequest.tokenized)")
-    ids = list(request.tokenized.input_ids)
-    if not ids:
-        raise ValueError("tokenized.input_ids is empty")
-    return ids
 
 
 def refuse_unsupported(request: spb.GenerateRequest) -> None:
@@ -78,34 +68,6 @@ def refuse_unsupported(request: spb.GenerateRequest) -> None:
     ]
     if refused:
         raise RefusedField(f"{refused[0]} is not supported by this worker")
-
-
-def sampling_n(request: spb.GenerateRequest) -> int:
-    """Samples asked for; 0 reads as 1."""
-    return max(1, int(request.sampling_params.n))
-
-
-def logprobs_of(request: spb.GenerateRequest) -> int | None:
-    """Alternatives per token when ``return_logprob`` (0: the sampled token's only)."""
-    if not request.return_logprob:
-        return None
-    top = request.top_logprobs_num
-    if not 0 <= top <= MAX_TOP_LOGPROBS:
-        raise ValueError(f"top_logprobs_num must be in 0..{MAX_TOP_LOGPROBS}, got {top}")
-    return top
-
-
-def logit_bias(params: spb.SamplingParams, vocab_size: int) -> tuple[tuple[int, float], ...]:
-    """``logit_bias`` keys are token ids written in decimal."""
-    bias = []
-    for key, value in params.logit_bias.items():
-        token = ascii_int(key)
-        if token is None or token >= vocab_size:
-            raise ValueError(
-                f"logit_bias key {key!r} is not a token id of the vocabulary of {vocab_size}"
-            )
-        bias.append((token, float(value)))
-    return tuple(sorted(bias))
 
 
 def sampling_config(
@@ -145,16 +107,14 @@ def sampling_config(
     )
 
 
-def prefill_sampling() -> SamplingConfig:
-    """A prefill leg's: one greedy token that nothing stops early. The gateway throws the
-    token away, so the prefill runs neither the client's length, its constraint nor its
-    logprobs (docs/pd-contract.md §20)."""
-    return SamplingConfig(max_tokens=1, temperature=0.0, ignore_eos=True)
-
-
-def wire_constraint(params: spb.SamplingParams) -> Constraint | None:
-    """The ``constraint`` oneof as the engine takes it; None when unset."""
-    kind = params.WhichOneof("constraint")
-    if kind is None:
-        return None
-    return Constraint(CONSTRAINT_KINDS[kind], getattr(params, kind))
+__all__ = [
+    "CONSTRAINT_KINDS",
+    "logit_bias",
+    "logprobs_of",
+    "prefill_sampling",
+    "prompt_ids",
+    "refuse_unsupported",
+    "sampling_config",
+    "sampling_n",
+    "wire_constraint",
+]

@@ -20,20 +20,19 @@ from __future__ import annotations
 
 import math
 
-from tandem.ascii_int import ascii_int
-from tandem.engine.logprobs import MAX_TOP_LOGPROBS
 from tandem.engine.refusals import RefusedField
 from tandem.engine.sampling import SamplingConfig
-from tandem.engine.structured_spec import Constraint, ConstraintKind
 from tandem.wire.tokenspeed import tpb
+from tandem.worker.scheduler_inputs import (
+    CONSTRAINT_KINDS,
+    logit_bias,
+    logprobs_of,
+    prefill_sampling,
+    prompt_ids,
+    sampling_n,
+    wire_constraint,
+)
 
-# The constraint oneof → the engine's kinds (TokenSpeed's EBNF is the engine's "grammar").
-CONSTRAINT_KINDS: dict[str, ConstraintKind] = {
-    "regex": "regex",
-    "json_schema": "json_schema",
-    "ebnf_grammar": "grammar",
-    "structural_tag": "structural_tag",
-}
 # TokenSpeed's defaults for the optional floats a request leaves unset.
 FLOAT_DEFAULTS: dict[str, float] = {
     "temperature": 1.0,
@@ -43,15 +42,6 @@ FLOAT_DEFAULTS: dict[str, float] = {
     "presence_penalty": 0.0,
     "repetition_penalty": 1.0,
 }
-
-
-def prompt_ids(request: tpb.GenerateRequest) -> list[int]:
-    if not request.HasField("tokenized"):
-        raise ValueError("tokenized input must be provided (GenerateRequest.tokenized)")
-    ids = list(request.tokenized.input_ids)
-    if not ids:
-        raise ValueError("tokenized.input_ids is empty")
-    return ids
 
 
 def refuse_unsupported(request: tpb.GenerateRequest) -> None:
@@ -80,34 +70,6 @@ def refuse_unsupported(request: tpb.GenerateRequest) -> None:
             f"data_parallel_rank {request.data_parallel_rank}: this worker has one "
             "data-parallel rank, 0"
         )
-
-
-def sampling_n(request: tpb.GenerateRequest) -> int:
-    """Samples asked for; 0 reads as 1."""
-    return max(1, int(request.sampling_params.n))
-
-
-def logprobs_of(request: tpb.GenerateRequest) -> int | None:
-    """Alternatives per token when ``return_logprob`` (0: the sampled token's only)."""
-    if not request.return_logprob:
-        return None
-    top = request.top_logprobs_num
-    if not 0 <= top <= MAX_TOP_LOGPROBS:
-        raise ValueError(f"top_logprobs_num must be in 0..{MAX_TOP_LOGPROBS}, got {top}")
-    return top
-
-
-def logit_bias(params: tpb.SamplingParams, vocab_size: int) -> tuple[tuple[int, float], ...]:
-    """``logit_bias`` keys are token ids written in decimal."""
-    bias = []
-    for key, value in params.logit_bias.items():
-        token = ascii_int(key)
-        if token is None or token >= vocab_size:
-            raise ValueError(
-                f"logit_bias key {key!r} is not a token id of the vocabulary of {vocab_size}"
-            )
-        bias.append((token, float(value)))
-    return tuple(sorted(bias))
 
 
 def _float(params: tpb.SamplingParams, name: str) -> float:
@@ -153,16 +115,14 @@ def sampling_config(
     )
 
 
-def prefill_sampling() -> SamplingConfig:
-    """A prefill leg's: one greedy token that nothing stops early. The gateway throws the
-    token away, so the prefill runs neither the client's length, its constraint nor its
-    logprobs (docs/pd-contract.md §20)."""
-    return SamplingConfig(max_tokens=1, temperature=0.0, ignore_eos=True)
-
-
-def wire_constraint(params: tpb.SamplingParams) -> Constraint | None:
-    """The ``constraint`` oneof as the engine takes it; None when unset."""
-    kind = params.WhichOneof("constraint")
-    if kind is None:
-        return None
-    return Constraint(CONSTRAINT_KINDS[kind], getattr(params, kind))
+__all__ = [
+    "CONSTRAINT_KINDS",
+    "logit_bias",
+    "logprobs_of",
+    "prefill_sampling",
+    "prompt_ids",
+    "refuse_unsupported",
+    "sampling_config",
+    "sampling_n",
+    "wire_constraint",
+]
