@@ -84,6 +84,9 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     ),
     "multimodal_processing_failed": ErrorSpec(400, False, "media could not be fetched or decoded"),
     "multimodal_not_supported": ErrorSpec(400, False, "a modality or path the workers cannot take"),
+    "runtime_pd_not_supported": ErrorSpec(
+        400, False, "a PD pair over a worker protocol with no PD pairing (TensorRT-LLM, MLX)"
+    ),
     "multimodal_too_many_items": ErrorSpec(
         400,
         False,

@@ -117,5 +117,8 @@ def _add_vllm_metadata() -> None:
 if __name__ == "__main__":
     from bench.procs import ensure_smg
 
+    from .mlx_env import ensure_mlx_venv
+
     print(ensure_vllm_venv())
     print(ensure_smg())
+    print(ensure_mlx_venv())  # the real MLX servicer's venv (tests/compat/test_mlx_real.py)

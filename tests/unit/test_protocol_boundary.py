@@ -53,6 +53,20 @@ TOKENSPEED_FOLDERS = (
     "tandem.wire.tokenspeed",
 )
 
+# TensorRT-LLM's and MLX's messages, and Tandem's modules over them, likewise.
+TRTLLM_MODULES = (
+    "smg_grpc_proto.generated.trtllm_service_pb2",
+    "smg_grpc_proto.generated.trtllm_service_pb2_grpc",
+    "tandem.wire.trtllm",
+)
+TRTLLM_FOLDERS = ("tandem.gateway.backends.trtllm", "tandem.worker.trtllm", "tandem.wire.trtllm")
+MLX_MODULES = (
+    "smg_grpc_proto.generated.mlx_engine_pb2",
+    "smg_grpc_proto.generated.mlx_engine_pb2_grpc",
+    "tandem.wire.mlx",
+)
+MLX_FOLDERS = ("tandem.gateway.backends.mlx", "tandem.worker.mlx", "tandem.wire.mlx")
+
 
 def _module_name(path: Path) -> str:
     rel = path.relative_to(ROOT.parent).with_suffix("")
@@ -130,7 +144,17 @@ def test_only_the_tokenspeed_folders_speak_tokenspeed() -> None:
     assert not found, f"modules outside the TokenSpeed folders import its messages: {found}"
 
 
-@pytest.mark.parametrize("protocol", ["vllm", "sglang"])
+def test_only_the_trtllm_folders_speak_trtllm() -> None:
+    found = sorted(speakers(TRTLLM_MODULES, TRTLLM_FOLDERS))
+    assert not found, f"modules outside the TensorRT-LLM folders import its messages: {found}"
+
+
+def test_only_the_mlx_folders_speak_mlx() -> None:
+    found = sorted(speakers(MLX_MODULES, MLX_FOLDERS))
+    assert not found, f"modules outside the MLX folders import its messages: {found}"
+
+
+@pytest.mark.parametrize("protocol", ["vllm", "sglang", "tokenspeed", "trtllm", "mlx"])
 def test_only_the_backend_chooser_names_a_protocol_folder(protocol: str) -> None:
     """A protocol is a folder and a line in ``gateway/backend.py``; no protocol's folder
     names another's."""

@@ -37,6 +37,9 @@ class Backend(Protocol):
     """One worker protocol: its legs, its media, its PD pairing."""
 
     name: str  # the protocol's --backend name
+    # Whether the legs carry each image's source bytes (TensorRT-LLM's engine processes
+    # images itself): the media stage then keeps them beside the processed images.
+    keeps_image_sources: bool
 
     @property
     def sender(self) -> LegSender:
@@ -100,16 +103,31 @@ def make_backend(config: GatewayConfig) -> Backend:
         from tandem.gateway.backends.tokenspeed.backend import TokenSpeedBackend
 
         return TokenSpeedBackend.from_config(config)
+    if config.backend == "trtllm":
+        from tandem.gateway.backends.trtllm.backend import TrtllmBackend
+
+        return TrtllmBackend.from_config(config)
+    if config.backend == "mlx":
+        from tandem.gateway.backends.mlx.backend import MlxBackend
+
+        return MlxBackend.from_config(config)
     from tandem.gateway.backends.vllm.backend import VllmBackend
 
     return VllmBackend.from_config(config)
 
 
-# smg's order of asking (SGLang, vLLM, then TokenSpeed; smg asks TensorRT-LLM before
-# TokenSpeed and MLX last): the first service a worker answers names it.
-DETECTION_ORDER: tuple[WorkerProtocol, ...] = ("sglang", "vllm", "tokenspeed")
+# smg's order of asking: the first service a worker answers names it.
+DETECTION_ORDER: tuple[WorkerProtocol, ...] = ("sglang", "vllm", "trtllm", "tokenspeed", "mlx")
 # How long the first worker may take to come up and answer (it may still be starting).
 DETECT_TIMEOUT_S = 10.0
+
+
+class _Detector(Protocol):
+    """What detection asks of each protocol's client."""
+
+    async def speaks_protocol(self, timeout: float) -> bool: ...
+
+    async def close(self, grace: float | None = None) -> None: ...
 
 
 async def detect_protocol(url: str, timeout_s: float) -> WorkerProtocol:
@@ -119,14 +137,18 @@ async def detect_protocol(url: str, timeout_s: float) -> WorkerProtocol:
     Raises ConnectionError when the worker does not answer within ``timeout_s`` or speaks
     none of them.
     """
+    from tandem.gateway.backends.mlx.client import MlxClient
     from tandem.gateway.backends.sglang.client import SglangClient
     from tandem.gateway.backends.tokenspeed.client import TokenSpeedClient
+    from tandem.gateway.backends.trtllm.client import TrtllmClient
     from tandem.gateway.backends.vllm.client import VllmClient
 
-    clients: dict[WorkerProtocol, Callable[[str], SglangClient | VllmClient | TokenSpeedClient]] = {
+    clients: dict[WorkerProtocol, Callable[[str], _Detector]] = {
         "sglang": SglangClient,
         "vllm": VllmClient,
+        "trtllm": TrtllmClient,
         "tokenspeed": TokenSpeedClient,
+        "mlx": MlxClient,
     }
     for protocol in DETECTION_ORDER:
         client = clients[protocol](url)

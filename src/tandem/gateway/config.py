@@ -54,6 +54,12 @@ def default_mm_workers() -> int:
 
 # Protocols whose legs take router-side tensors, inline (no media refs, no shared memory).
 INLINE_TENSOR_BACKENDS = frozenset({"sglang", "tokenspeed"})
+# Protocols whose legs carry no pixel tensors: TensorRT-LLM takes each image's source bytes
+# (its engine processes them), MLX takes no media at all.
+NO_TENSOR_BACKENDS = frozenset({"trtllm", "mlx"})
+# Protocols with no PD pairing on the wire (docs/worker-protocols.md): TensorRT-LLM's
+# answers return no context-phase parameters to relay, MLX has no PD.
+NO_PD_BACKENDS = frozenset({"trtllm", "mlx"})
 
 
 @dataclass(slots=True)
@@ -134,16 +140,7 @@ class GatewayConfig:
             raise ValueError(f"--mm-processing must be one of {', '.join(MM_PROCESSING_MODES)}")
         if self.backend not in BACKEND_CHOICES:
             raise ValueError(f"--backend must be one of {', '.join(BACKEND_CHOICES)}")
-        if self.backend in INLINE_TENSOR_BACKENDS and self.mm_processing == "worker":
-            raise ValueError(
-                f"--mm-processing worker: {self.backend} workers take preprocessed pixels, "
-                "not media URLs; use --mm-processing auto or router"
-            )
-        if self.backend in INLINE_TENSOR_BACKENDS and self.mm_tensor_transport == "shm":
-            raise ValueError(
-                f"--multimodal-tensor-transport shm: {self.backend}'s tensors travel inline "
-                "only here; use inline or auto"
-            )
+        self._check_backend_flags()
         self._check_epd()
         if self.pd_dispatch not in PD_DISPATCH_MODES:
             raise ValueError(f"--pd-dispatch must be one of {', '.join(PD_DISPATCH_MODES)}")
@@ -194,6 +191,36 @@ class GatewayConfig:
             raise ValueError("--api-key must not be empty")
         check_distinct(self.serving_keys, "--api-key/--tenant-api-key")
         check_distinct(self.control_plane_api_keys, "--control-plane-api-keys")
+
+    def _check_backend_flags(self) -> None:
+        """Flags a protocol cannot honour, refused at start-up by name."""
+        backend = self.backend
+        if backend in INLINE_TENSOR_BACKENDS and self.mm_processing == "worker":
+            raise ValueError(
+                f"--mm-processing worker: {backend} workers take preprocessed pixels, "
+                "not media URLs; use --mm-processing auto or router"
+            )
+        if backend in NO_TENSOR_BACKENDS and self.mm_processing == "worker":
+            raise ValueError(
+                f"--mm-processing worker: the {backend} worker protocol carries no media "
+                "URLs; use --mm-processing auto or router"
+            )
+        if backend in INLINE_TENSOR_BACKENDS and self.mm_tensor_transport == "shm":
+            raise ValueError(
+                f"--multimodal-tensor-transport shm: {backend}'s tensors travel inline "
+                "only here; use inline or auto"
+            )
+        if backend in NO_TENSOR_BACKENDS and self.mm_tensor_transport == "shm":
+            raise ValueError(
+                f"--multimodal-tensor-transport shm: the {backend} worker protocol carries "
+                "no pixel tensors; use inline or auto"
+            )
+        if backend in NO_PD_BACKENDS and (self.pd_disaggregation or self.epd_disaggregation):
+            raise ValueError(
+                f"--pd-disaggregation: the {backend} worker protocol has no PD pairing "
+                "(runtime_pd_not_supported; docs/worker-protocols.md); serve it aggregated "
+                "with --worker-urls"
+            )
 
     def _check_epd(self) -> None:
         if self.encode_policy not in ENCODE_POLICIES:

@@ -37,8 +37,11 @@ INLINE_CHARS = 16_384
 INLINE_BODY_BYTES = 1 << 20
 # Token ids decoded on the event loop, at most.
 INLINE_TOKENS = 4096
-# Rendering, tokenizing and serializing long inputs: one core is left to the event loop.
-TOKENIZE_POOL = BoundedPool("tandem-tokenize", lambda: usable_cpus() - 1)
+# Rendering, tokenizing and serializing long inputs: one core is left to the event loop, and
+# the threads run at a lower priority, so where they share a core with the loop the loop's
+# token relaying goes first (as the image pool's processes do, --mm-workers-nice).
+BACKGROUND_NICE = 10
+TOKENIZE_POOL = BoundedPool("tandem-tokenize", lambda: usable_cpus() - 1, nice=BACKGROUND_NICE)
 
 
 class TooManyTokens(ValueError):

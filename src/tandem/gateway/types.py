@@ -19,9 +19,9 @@ TensorTransportMode = Literal["inline", "shm", "auto"]
 # --pd-dispatch: prefill then decode, or both legs at once.
 PdDispatch = Literal["sequential", "parallel"]
 # --backend: the worker protocol the gateway speaks (docs/worker-protocols.md); "auto" asks
-# the first configured worker, in smg's order (SGLang, vLLM, TokenSpeed).
-WorkerProtocol = Literal["vllm", "sglang", "tokenspeed"]
-BackendChoice = Literal["auto", "vllm", "sglang", "tokenspeed"]
+# the first configured worker, in smg's order (SGLang, vLLM, TensorRT-LLM, TokenSpeed, MLX).
+WorkerProtocol = Literal["vllm", "sglang", "tokenspeed", "trtllm", "mlx"]
+BackendChoice = Literal["auto", "vllm", "sglang", "tokenspeed", "trtllm", "mlx"]
 # --encode-policy: which encode worker an image goes to under E/P/D (smg's names;
 # consistent_hashing by content hash, so a repeated image finds its cached embedding).
 EncodePolicy = Literal["consistent_hashing", "round_robin", "random"]

@@ -29,7 +29,10 @@ def media_threads() -> int:
     return max(1, min(_MAX_THREADS, usable_cpus()))
 
 
-_MEDIA = BoundedPool(THREAD_PREFIX, media_threads)
+# Below the event loop's priority, for the same reason as the tokenizing pool's: where the
+# threads share a core with the loop, streams go first (``tandem/threadpools.py``).
+MEDIA_NICE = 10
+_MEDIA = BoundedPool(THREAD_PREFIX, media_threads, nice=MEDIA_NICE)
 
 
 def media_executor() -> ThreadPoolExecutor:

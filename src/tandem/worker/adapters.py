@@ -1,6 +1,7 @@
 """The worker protocols a worker can serve, by ``--protocol`` (``WorkerConfig.protocol``).
 
-Each protocol's folder (``worker/vllm``, ``worker/sglang``, ``worker/tokenspeed``) has an
+Each protocol's folder (``worker/vllm``, ``worker/sglang``, ``worker/tokenspeed``,
+``worker/trtllm``, ``worker/mlx``) has an
 ``adapter`` module with ``SERVER_INFO_METHOD`` (the full gRPC name of its
 ``GetServerInfo``, where the Tandem marker goes: ``worker/marker.py``) and
 ``serve(context, server)``, which puts the protocol's service on the server and returns
@@ -36,6 +37,10 @@ def adapter_for(protocol: WorkerProtocol) -> Adapter:
         from tandem.worker.sglang import adapter as module
     elif protocol == "tokenspeed":
         from tandem.worker.tokenspeed import adapter as module
+    elif protocol == "trtllm":
+        from tandem.worker.trtllm import adapter as module
+    elif protocol == "mlx":
+        from tandem.worker.mlx import adapter as module
     else:
         raise ValueError(f"unknown worker protocol {protocol!r}; one of {', '.join(PROTOCOLS)}")
     return Adapter(protocol, module.SERVER_INFO_METHOD, module.serve)

@@ -28,7 +28,8 @@ _DEFAULTS = WorkerConfig()
 def add_worker_parser(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "worker",
-        help="a gRPC worker (vLLM, SGLang or TokenSpeed protocol) over the embedded engine",
+        help="a gRPC worker (vLLM, SGLang, TokenSpeed, TensorRT-LLM or MLX protocol) over the "
+        "embedded engine",
     )
     p.add_argument("--model", default=_DEFAULTS.model, help="built-in name or checkpoint dir")
     p.add_argument(
@@ -36,8 +37,9 @@ def add_worker_parser(commands: argparse._SubParsersAction) -> None:
         choices=PROTOCOLS,
         default=_DEFAULTS.protocol,
         help="the worker protocol served: vllm (vllm.grpc.engine.VllmEngine), sglang "
-        "(sglang.grpc.scheduler.SglangScheduler) or tokenspeed "
-        "(tokenspeed.grpc.scheduler.TokenSpeedScheduler)",
+        "(sglang.grpc.scheduler.SglangScheduler), tokenspeed "
+        "(tokenspeed.grpc.scheduler.TokenSpeedScheduler), trtllm (trtllm.TrtllmService) or mlx "
+        "(mlx.grpc.engine.MlxEngine; these two serve --role both only)",
     )
     p.add_argument("--served-model-name", default=_DEFAULTS.served_model_name)
     p.add_argument("--host", default=_DEFAULTS.host, help="bind address")

@@ -24,10 +24,13 @@ EngineKind = Literal["embedded", "null"]
 JsonWhitespace = Literal["compact", "any"]
 # --protocol: the worker protocol served (worker/adapters.py): vLLM's
 # vllm.grpc.engine.VllmEngine, SGLang's sglang.grpc.scheduler.SglangScheduler or
-# TokenSpeed's tokenspeed.grpc.scheduler.TokenSpeedScheduler.
-WorkerProtocol = Literal["vllm", "sglang", "tokenspeed"]
+# TokenSpeed's tokenspeed.grpc.scheduler.TokenSpeedScheduler, TensorRT-LLM's
+# trtllm.TrtllmService or MLX's mlx.grpc.engine.MlxEngine.
+WorkerProtocol = Literal["vllm", "sglang", "tokenspeed", "trtllm", "mlx"]
 # The protocols whose PD legs meet at a bootstrap room (--disaggregation-bootstrap-port).
 BOOTSTRAP_PROTOCOLS: tuple[WorkerProtocol, ...] = ("sglang", "tokenspeed")
+# The protocols with no PD legs at all: such a worker serves whole requests (--role both).
+AGGREGATED_ONLY_PROTOCOLS: tuple[WorkerProtocol, ...] = ("trtllm", "mlx")
 
 ROLES: tuple[Role, ...] = get_args(Role)
 KV_CONNECTORS: tuple[KvConnector, ...] = get_args(KvConnector)
@@ -88,6 +91,11 @@ class WorkerConfig:
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"--protocol must be one of {', '.join(PROTOCOLS)}")
         self._check_encode_role()
+        if self.protocol in AGGREGATED_ONLY_PROTOCOLS and self.role != "both":
+            raise ValueError(
+                f"--role {self.role}: the {self.protocol} worker protocol has no PD legs; "
+                "serve it with --role both"
+            )
         self._check_hosts()
         if not 0 <= self.port < 65536:
             raise ValueError(f"--port must be in 0..65535, got {self.port}")

@@ -47,4 +47,4 @@ def test_each_protocol_has_its_adapter() -> None:
     assert sglang.server_info_method == "/sglang.grpc.scheduler.SglangScheduler/GetServerInfo"
     assert callable(vllm.serve) and callable(sglang.serve)
     with pytest.raises(ValueError, match="unknown worker protocol"):
-        adapter_for("mlx")  # type: ignore[arg-type]
+        adapter_for("nope")  # type: ignore[arg-type]

@@ -64,6 +64,9 @@ class ProcessedImages:
     encoded_bytes: list[int]  # size of each item as fetched
     timings: MediaTimings = field(default_factory=MediaTimings)
     normalize_lut: np.ndarray | None = None  # see PreprocessedImages.normalize_lut
+    # Each item's bytes as fetched, in plan order, when the caller asked to keep them
+    # (``keep_sources``: a protocol whose engine processes images itself); else None.
+    sources: list[bytes] | None = None
 
     def __len__(self) -> int:
         return len(self.tokens_per_image)
@@ -96,6 +99,7 @@ async def process_images(
     lease: ByteLease | None = None,
     pool: ImagePool | None = None,
     cache: PixelCache | None = None,
+    keep_sources: bool = False,
 ) -> ProcessedImages:
     """Fetch (concurrently), hash, then decode and preprocess every image not in ``cache``.
 
@@ -106,6 +110,8 @@ async def process_images(
     bytes once this returns, cache hits included.
     ``pool``: the gateway's image pool; None decodes in a thread of this process.
     ``cache``: the per-image pixel cache; None (or a cache of size 0) caches nothing.
+    ``keep_sources``: keep each image's fetched bytes on the result (``sources``), cache
+    hits included (every image is fetched and hashed whatever the cache holds).
     Raises a 400 ``TandemError``: ``media_url_refused`` (policy), ``media_too_large`` (byte
     or pixel caps) or ``multimodal_processing_failed`` (fetch, header, decode or
     preprocess); 500 ``multimodal_pool_process_died`` when a pool process died meanwhile.
@@ -174,6 +180,7 @@ async def process_images(
         encoded_bytes=[len(f.data) for f in fetched],
         timings=timings,
         normalize_lut=preprocessed.normalize_lut,
+        sources=blobs if keep_sources else None,
     )
 
 

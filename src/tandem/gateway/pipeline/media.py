@@ -116,7 +116,14 @@ async def prepare_media(
     if plan.image_urls:
         assert model.processor is not None  # checked_media_plan refused otherwise
         images = await process_images(
-            plan, model.info, model.processor, config.media, lease=lease, pool=pool, cache=cache
+            plan,
+            model.info,
+            model.processor,
+            config.media,
+            lease=lease,
+            pool=pool,
+            cache=cache,
+            keep_sources=backend.keeps_image_sources,
         )
         metrics.MEDIA_FETCH_SECONDS.observe(images.timings.fetch_s + images.timings.decode_s)
         metrics.MEDIA_PREPROCESS_SECONDS.observe(images.timings.preprocess_s)
@@ -133,4 +140,6 @@ async def prepare_media(
         )
         metrics.MEDIA_FETCH_SECONDS.observe(processed.fetch_s + processed.decode_s)
     backend.attach_router_media(ctx, images, processed, config.wire_dtype)
-    ctx.had_pixels = True
+    # Pixels kept beside the message travel once (a retry has none to resend); a protocol
+    # whose legs carry the images themselves (TensorRT-LLM's source bytes) may retry.
+    ctx.had_pixels = ctx.pixels is not None

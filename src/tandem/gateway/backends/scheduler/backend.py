@@ -29,6 +29,7 @@ class SchedulerBackend:
     """The shared half of a :class:`~tandem.gateway.backend.Backend`."""
 
     name: str
+    keeps_image_sources = False  # the legs carry pixels, processed in the gateway
 
     def attach_images(
         self, leg: Any, ids: Sequence[int], images: ProcessedImages, info: ModelInfo, dtype: str

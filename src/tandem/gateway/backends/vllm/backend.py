@@ -41,6 +41,7 @@ class VllmBackend:
     """``vllm.grpc.engine.VllmEngine`` workers (vLLM's own, and Tandem's)."""
 
     name = "vllm"
+    keeps_image_sources = False  # the legs carry pixels, processed in the gateway
 
     def __init__(self, transport: TensorTransport | None = None) -> None:
         self.sender = VllmSender(transport)
