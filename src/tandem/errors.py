@@ -64,6 +64,9 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     "not_found": ErrorSpec(404, False, "unknown route"),
     "worker_not_found": ErrorSpec(404, False, "admin API: no such worker"),
     "response_not_found": ErrorSpec(404, False, "no stored response with that id for this key"),
+    "conversation_not_found": ErrorSpec(
+        404, False, "no conversation (or conversation item) with that id for this key"
+    ),
     # --- access control (gateway/auth.py) --------------------------------------------
     "invalid_api_key": ErrorSpec(401, False, "missing or wrong API key (serving or admin API)"),
     "permission_denied": ErrorSpec(403, False, "admin API: a user-role key on a write"),

@@ -12,6 +12,8 @@ from starlette.applications import Starlette
 
 from tandem.gateway.endpoints.chat.route import chat_routes
 from tandem.gateway.endpoints.completions.route import completion_routes
+from tandem.gateway.endpoints.conversations.route import conversations_routes
+from tandem.gateway.endpoints.messages.route import messages_routes
 from tandem.gateway.endpoints.models.route import model_routes
 from tandem.gateway.endpoints.responses.route import responses_routes
 from tandem.gateway.endpoints.service.route import service_routes
@@ -28,6 +30,8 @@ def build_app(state: GatewayState) -> Starlette:
         *chat_routes(pipeline),
         *completion_routes(pipeline),
         *responses_routes(state, pipeline),
+        *conversations_routes(state),
+        *messages_routes(state, pipeline),
         *model_routes(state),
         *service_routes(state),
         *admin_routes(state),

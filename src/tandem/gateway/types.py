@@ -25,9 +25,10 @@ BackendChoice = Literal["auto", "vllm", "sglang", "tokenspeed", "trtllm", "mlx"]
 # --encode-policy: which encode worker an image goes to under E/P/D (smg's names;
 # consistent_hashing by content hash, so a repeated image finds its cached embedding).
 EncodePolicy = Literal["consistent_hashing", "round_robin", "random"]
-# The generation routes: /v1/chat/completions, /v1/completions and /v1/responses (served
-# by the chat pipeline: its requests are chat requests, its answers are reshaped).
-Route = Literal["chat", "completions", "responses"]
+# The generation routes: /v1/chat/completions, /v1/completions, /v1/responses and
+# /v1/messages (served by the chat pipeline: its requests are chat requests, its answers
+# are reshaped).
+Route = Literal["chat", "completions", "responses", "messages"]
 # --event-loop: auto takes uvloop when it is installed.
 EventLoop = Literal["auto", "uvloop", "asyncio"]
 # --history-backend: where stored Responses API conversations live (gateway/history).

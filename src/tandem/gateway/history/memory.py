@@ -7,6 +7,8 @@ The caps hold at every moment, not only after a sweep: ``put`` itself deletes th
 oldest rows while its rows are over the tenant's cap, then the oldest of anyone's while all
 rows are over the total cap. The row just written is never among them (its client is about
 to be told it is stored). The sweeper is left with expiring rows by age.
+
+Conversations (``memconv.py``) are rows of the same index, under the same caps.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tandem.gateway.history.codec import decoded, encoded
+from tandem.gateway.history.memconv import Conversation, MemoryConversations
 from tandem.gateway.history.memindex import AgeIndex, Key
 from tandem.gateway.history.retention import Sweeper, check_size, expiry_cutoff, tenant_cap
 from tandem.gateway.history.store import (
@@ -57,7 +60,7 @@ class _Row:
         )
 
 
-class MemoryStore:
+class MemoryStore(MemoryConversations):
     """Every method runs without awaiting inside, so each is atomic on the event loop.
 
     Usable without :meth:`start` (it only starts the retention sweeper).
@@ -69,6 +72,7 @@ class MemoryStore:
         self.limits = limits or HistoryLimits()
         self._clock = clock
         self._rows: dict[Key, _Row] = {}
+        self._conversations: dict[Key, Conversation] = {}
         self._ages = AgeIndex()  # the same rows by age, and the bytes each tenant holds
         self._sweeper = Sweeper(self.sweep, self.limits.sweep_interval_s, self.name)
 
@@ -128,7 +132,8 @@ class MemoryStore:
     def _drop(self, key: Key | None) -> bool:
         if key is None:  # only ``keep`` is left, and it fits (check_size)
             return False
-        del self._rows[key]
+        if self._rows.pop(key, None) is None:
+            del self._conversations[key]  # response and conversation ids never collide
         return True
 
     def _live(self, tenant: str, response_id: str) -> _Row | None:
@@ -169,6 +174,11 @@ class MemoryStore:
         for key in expired:
             del self._rows[key]
             self._ages.discard(key)
+        gone = [key for key, row in self._conversations.items() if row.updated_at < cutoff]
+        for key in gone:
+            del self._conversations[key]
+            self._ages.discard(key)
+        expired += gone
         # Every put applied the caps already, so this finds nothing over them; it keeps
         # sweep() the whole of retention, as the contract (store.py) has it.
         return len(expired) + self._evict(self._ages.tenants(), keep=None)

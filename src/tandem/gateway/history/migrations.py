@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     import asyncpg
 
 TABLE = "tandem_responses"
+CONVERSATIONS = "tandem_conversations"
+ITEMS = "tandem_conversation_items"
 VERSION_TABLE = "tandem_schema_version"
 # pg_advisory_xact_lock key of the migration (any constant; b"tandem" as a number).
 PG_MIGRATION_LOCK = 0x74616E64656D
@@ -70,6 +72,54 @@ STEPS: tuple[Step, ...] = (
                 PRIMARY KEY (tenant, id)
             )""",
             f"CREATE INDEX {TABLE}_created_at ON {TABLE} (created_at)",
+        ),
+    ),
+    Step(
+        version=2,
+        what="conversations and their items (the Conversations API)",
+        sqlite=(
+            f"""CREATE TABLE {CONVERSATIONS} (
+                tenant TEXT NOT NULL,
+                id TEXT NOT NULL,
+                created_at REAL NOT NULL,
+                updated_at REAL NOT NULL,
+                metadata TEXT NOT NULL,
+                size_bytes INTEGER NOT NULL,
+                PRIMARY KEY (tenant, id)
+            )""",
+            f"CREATE INDEX {CONVERSATIONS}_updated_at ON {CONVERSATIONS} (updated_at)",
+            f"""CREATE TABLE {ITEMS} (
+                tenant TEXT NOT NULL,
+                conversation_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                id TEXT NOT NULL,
+                item TEXT NOT NULL,
+                size_bytes INTEGER NOT NULL,
+                PRIMARY KEY (tenant, conversation_id, id)
+            )""",
+            f"CREATE INDEX {ITEMS}_order ON {ITEMS} (tenant, conversation_id, seq)",
+        ),
+        postgres=(
+            f"""CREATE TABLE {CONVERSATIONS} (
+                tenant TEXT NOT NULL,
+                id TEXT NOT NULL,
+                created_at DOUBLE PRECISION NOT NULL,
+                updated_at DOUBLE PRECISION NOT NULL,
+                metadata TEXT NOT NULL,
+                size_bytes BIGINT NOT NULL,
+                PRIMARY KEY (tenant, id)
+            )""",
+            f"CREATE INDEX {CONVERSATIONS}_updated_at ON {CONVERSATIONS} (updated_at)",
+            f"""CREATE TABLE {ITEMS} (
+                tenant TEXT NOT NULL,
+                conversation_id TEXT NOT NULL,
+                seq BIGINT NOT NULL,
+                id TEXT NOT NULL,
+                item TEXT NOT NULL,
+                size_bytes BIGINT NOT NULL,
+                PRIMARY KEY (tenant, conversation_id, id)
+            )""",
+            f"CREATE INDEX {ITEMS}_order ON {ITEMS} (tenant, conversation_id, seq)",
         ),
     ),
 )

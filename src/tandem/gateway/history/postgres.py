@@ -23,7 +23,14 @@ import asyncpg
 
 from tandem.ascii_int import ascii_int
 from tandem.gateway.history.codec import encoded
-from tandem.gateway.history.migrations import PG_MIGRATION_LOCK, TABLE, migrate_postgres
+from tandem.gateway.history.migrations import (
+    CONVERSATIONS,
+    PG_MIGRATION_LOCK,
+    TABLE,
+    migrate_postgres,
+)
+from tandem.gateway.history.pgconv import SQL as CONVERSATION_SQL
+from tandem.gateway.history.pgconv import PostgresConversations
 from tandem.gateway.history.pgurl import redacted, scrubbed
 from tandem.gateway.history.retention import Sweeper, check_size, expiry_cutoff, tenant_cap
 from tandem.gateway.history.sqlrows import (
@@ -60,8 +67,8 @@ _GET = f"SELECT {COLUMNS} FROM {TABLE} WHERE tenant = $1 AND id = $2 AND created
 _CHAIN = chain_sql(TABLE, ("$1", "$2", "$3::double precision", "$4::integer"))
 _DELETE = f"DELETE FROM {TABLE} WHERE tenant = $1 AND id = $2 AND created_at >= $3"
 _EXPIRE = f"DELETE FROM {TABLE} WHERE created_at < $1"
-_EVICT = evict_sql(TABLE, "$1::bigint")
-_EVICT_TENANT = evict_sql(TABLE, "$1::bigint", per_tenant=True)
+_EVICT = evict_sql((TABLE, CONVERSATIONS), "$1::bigint")
+_EVICT_TENANT = evict_sql((TABLE, CONVERSATIONS), "$1::bigint", per_tenant=True)
 
 
 def _count(status: str) -> int:
@@ -69,7 +76,7 @@ def _count(status: str) -> int:
     return ascii_int(status.rsplit(" ", 1)[-1]) or 0
 
 
-class PostgresStore:
+class PostgresStore(PostgresConversations):
     def __init__(
         self,
         url: str,
@@ -212,11 +219,12 @@ class PostgresStore:
                 if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", _SWEEP_LOCK):
                     return 0  # another gateway is sweeping the same rows right now
                 deleted = _count(await conn.execute(_EXPIRE, cutoff))
+                deleted += _count(await conn.execute(CONVERSATION_SQL.expire, cutoff))
                 # Tenants over their own cap first (as on SQLite): the total may then fit.
-                if per_tenant:
-                    deleted += _count(await conn.execute(_EVICT_TENANT, per_tenant))
-                if cap:
-                    deleted += _count(await conn.execute(_EVICT, cap))
+                for statements, bound in ((_EVICT_TENANT, per_tenant), (_EVICT, cap)):
+                    for statement in statements if bound else ():
+                        deleted += _count(await conn.execute(statement, bound))
+                await conn.execute(CONVERSATION_SQL.orphans)  # the items of conversations gone
                 return deleted
 
         return await self._with_pool("retention sweep", apply)

@@ -15,7 +15,12 @@ import logging
 import math
 from collections.abc import Awaitable, Callable
 
-from tandem.gateway.history.store import HistoryError, HistoryLimits, ResponseTooLarge
+from tandem.gateway.history.store import (
+    ConversationTooLarge,
+    HistoryError,
+    HistoryLimits,
+    ResponseTooLarge,
+)
 
 log = logging.getLogger("tandem.gateway.history")
 
@@ -46,6 +51,13 @@ def check_size(size: int, limits: HistoryLimits) -> None:
     limit = row_limit(limits)
     if size > limit:
         raise ResponseTooLarge(size, limit)
+
+
+def check_conversation_size(size: int, limits: HistoryLimits) -> None:
+    """Refuse a change that would grow one conversation (one row) over :func:`row_limit`."""
+    limit = row_limit(limits)
+    if size > limit:
+        raise ConversationTooLarge(size, limit)
 
 
 class Sweeper:

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tandem.gateway.history.codec import encoded
-from tandem.gateway.history.migrations import TABLE, migrate_sqlite
+from tandem.gateway.history.migrations import CONVERSATIONS, TABLE, migrate_sqlite
 from tandem.gateway.history.retention import Sweeper, check_size, expiry_cutoff, tenant_cap
+from tandem.gateway.history.sqliteconv import SQL as CONVERSATION_SQL
+from tandem.gateway.history.sqliteconv import SqliteConversations
 from tandem.gateway.history.sqlrows import (
     COLUMNS,
     chain_sql,
@@ -45,11 +47,11 @@ _GET = f"SELECT {COLUMNS} FROM {TABLE} WHERE tenant = ? AND id = ? AND created_a
 _CHAIN = chain_sql(TABLE, ("?1", "?2", "?3", "?4"))
 _DELETE = f"DELETE FROM {TABLE} WHERE tenant = ? AND id = ? AND created_at >= ?"
 _EXPIRE = f"DELETE FROM {TABLE} WHERE created_at < ?"
-_EVICT = evict_sql(TABLE, "?")
-_EVICT_TENANT = evict_sql(TABLE, "?", per_tenant=True)
+_EVICT = evict_sql((TABLE, CONVERSATIONS), "?")
+_EVICT_TENANT = evict_sql((TABLE, CONVERSATIONS), "?", per_tenant=True)
 
 
-class SqliteStore:
+class SqliteStore(SqliteConversations):
     def __init__(
         self,
         path: Path,
@@ -208,12 +210,13 @@ class SqliteStore:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 deleted = conn.execute(_EXPIRE, (cutoff,)).rowcount
+                deleted += conn.execute(CONVERSATION_SQL.expire, (cutoff,)).rowcount
                 # Tenants over their own cap first: what they give up may bring the total
                 # under its cap, so that nobody else's rows need to go.
-                if per_tenant:
-                    deleted += conn.execute(_EVICT_TENANT, (per_tenant,)).rowcount
-                if cap:
-                    deleted += conn.execute(_EVICT, (cap,)).rowcount
+                for statements, bound in ((_EVICT_TENANT, per_tenant), (_EVICT, cap)):
+                    for statement in statements if bound else ():
+                        deleted += conn.execute(statement, (bound,)).rowcount
+                conn.execute(CONVERSATION_SQL.orphans)  # the items of conversations gone
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:

@@ -62,29 +62,43 @@ def chain_sql(table: str, p: Sequence[str]) -> str:
     """
 
 
-def evict_sql(table: str, cap: str, per_tenant: bool = False) -> str:
-    """Delete the oldest rows while all rows together (``per_tenant``: one tenant's rows) are
-    over ``cap`` bytes.
+def evict_sql(tables: tuple[str, str], cap: str, per_tenant: bool = False) -> tuple[str, str]:
+    """The two DELETEs (responses, then conversations) that take the oldest rows while all
+    rows together (``per_tenant``: one tenant's rows) are over ``cap`` bytes.
 
-    Summing sizes from the newest row down, every row from the one that crosses the cap on
-    is deleted: the same rows as deleting oldest-first until the total fits. Per tenant the
-    sum restarts for each tenant (``PARTITION BY``), so a tenant within its cap loses no
-    row however much another one stored.
+    Responses and conversations are ranked as one list (a conversation's age is its last
+    change), so one cap weighs both. Summing sizes from the newest row down, every row
+    from the one that crosses the cap on is deleted: the same rows as deleting oldest-first
+    until the total fits. Per tenant the sum restarts for each tenant (``PARTITION BY``),
+    so a tenant within its cap loses no row however much another one stored. The second
+    DELETE re-ranks without the responses the first took, so it may keep a conversation
+    the first ranking would have taken: the total is under the cap either way.
+    A conversation's items go after these (``sqlconv.ORPHANS``).
     """
+    responses, conversations = tables
     order = (
-        "PARTITION BY tenant ORDER BY created_at DESC, id DESC"
+        "PARTITION BY tenant ORDER BY age DESC, id DESC"
         if per_tenant
-        else "ORDER BY created_at DESC, tenant DESC, id DESC"
+        else "ORDER BY age DESC, tenant DESC, id DESC"
     )
-    return f"""
-        DELETE FROM {table} WHERE (tenant, id) IN (
-            SELECT tenant, id FROM (
-                SELECT tenant, id, SUM(size_bytes) OVER (
-                    {order}
-                    ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
-                ) AS kept
-                FROM {table}
-            ) AS ranked
-            WHERE kept > {cap}
-        )
+    ranked = f"""
+        SELECT kind, tenant, id, SUM(size_bytes) OVER (
+            {order}
+            ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+        ) AS kept
+        FROM (
+            SELECT 'r' AS kind, tenant, id, created_at AS age, size_bytes FROM {responses}
+            UNION ALL
+            SELECT 'c' AS kind, tenant, id, updated_at AS age, size_bytes FROM {conversations}
+        ) AS everything
     """
+
+    def delete(table: str, kind: str) -> str:
+        return f"""
+            DELETE FROM {table} WHERE (tenant, id) IN (
+                SELECT tenant, id FROM ({ranked}) AS ranked
+                WHERE kept > {cap} AND kind = '{kind}'
+            )
+        """
+
+    return delete(responses, "r"), delete(conversations, "c")

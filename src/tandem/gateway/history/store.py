@@ -4,6 +4,12 @@ A stored response is one turn of a Responses API conversation: the input items t
 sent for that turn and the Response object the gateway answered, linked to the turn before
 it by ``previous_id``. A conversation is read back by walking those links (:meth:`chain`).
 
+A stored conversation (the Conversations API, ``/v1/conversations``) is the other kind of
+row: metadata and an ordered list of items, appended to by the items routes and by each
+``POST /v1/responses`` that names it. For retention it is one row: its bytes are its
+metadata and all its items, its age is its last change (``updated_at``), and it goes whole,
+items and all, from the same TTL, per-tenant and total sweeps as the responses.
+
 Rules all backends share (``tests/unit/gateway/history`` checks each against them):
 - ``put`` returns only once the row is durable (committed; SQLite with ``synchronous=FULL``);
 - every read and delete is scoped to a tenant: another tenant's id reads as absent;
@@ -41,6 +47,22 @@ class BrokenChain(HistoryError):
     def __init__(self, missing_id: str) -> None:
         super().__init__(f"earlier response {missing_id!r} of this conversation is gone")
         self.missing_id = missing_id
+
+
+class ConversationTooLarge(ResponseTooLarge):
+    """A conversation would grow over the largest row a store keeps (``check_size``)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(size, limit)
+        self.args = (f"the conversation would take {size} bytes to store; the limit is {limit}",)
+
+
+class DuplicateItem(HistoryError):
+    """An item id the conversation already holds (ids are unique within a conversation)."""
+
+    def __init__(self, item_id: str) -> None:
+        super().__init__(f"the conversation already has an item {item_id!r}")
+        self.item_id = item_id
 
 
 class ChainTooLong(HistoryError):
@@ -85,6 +107,16 @@ class StoredResponse:
         return len(encoded(self.response)) + len(encoded(self.input_items))
 
 
+@dataclass(frozen=True, slots=True)
+class StoredConversation:
+    id: str
+    tenant: str  # NO_TENANT without tenant keys
+    created_at: float  # unix seconds
+    updated_at: float  # the last change (items added or deleted, metadata): its age
+    metadata: dict[str, str]
+    size_bytes: int  # the metadata and every item, as retention counts them
+
+
 class ResponseStore(Protocol):
     """A history backend. All methods are coroutines safe to call concurrently."""
 
@@ -126,6 +158,57 @@ class ResponseStore(Protocol):
 
         Deletes the rows older than ``ttl_s``, then each tenant's oldest rows while that
         tenant's are over ``max_tenant_bytes``, then the oldest rows while all of them
-        together are over ``max_total_bytes``; returns how many rows went.
+        together are over ``max_total_bytes``; returns how many rows went (a conversation
+        counts as one row, its items with it).
         """
+        ...
+
+    # --- conversations (reads and deletes tenant-scoped and TTL-bound, as above) ---------
+
+    async def create_conversation(
+        self, conversation: StoredConversation, items: list[dict[str, Any]]
+    ) -> None:
+        """Store a new conversation with its first items (each with a unique "id"), in one
+        transaction; ``conversation.size_bytes`` is ignored (the store counts).
+
+        Raises :class:`ConversationTooLarge` (nothing stored) or :class:`HistoryError`.
+        """
+        ...
+
+    async def get_conversation(
+        self, tenant: str, conversation_id: str
+    ) -> StoredConversation | None: ...
+
+    async def update_conversation(
+        self, tenant: str, conversation_id: str, metadata: dict[str, str], now: float
+    ) -> StoredConversation | None:
+        """Replace the metadata; None when the conversation is absent."""
+        ...
+
+    async def delete_conversation(self, tenant: str, conversation_id: str) -> bool:
+        """Delete the conversation and all its items; False when absent."""
+        ...
+
+    async def add_items(
+        self, tenant: str, conversation_id: str, items: list[dict[str, Any]], now: float
+    ) -> bool:
+        """Append items after the last one, all or none; False when the conversation is
+        absent. Raises :class:`DuplicateItem` for an id it holds already,
+        :class:`ConversationTooLarge` when it would grow over the row limit."""
+        ...
+
+    async def conversation_items(
+        self, tenant: str, conversation_id: str
+    ) -> list[dict[str, Any]] | None:
+        """Every item, oldest first; None when the conversation is absent."""
+        ...
+
+    async def get_item(
+        self, tenant: str, conversation_id: str, item_id: str
+    ) -> dict[str, Any] | None: ...
+
+    async def delete_item(
+        self, tenant: str, conversation_id: str, item_id: str, now: float
+    ) -> bool:
+        """Delete one item; False when it (or its conversation) is absent."""
         ...

@@ -4,6 +4,10 @@ It runs before routing, so a refused request never reaches a route: no body is r
 admission slot is taken. A request that passes carries what its key said in the scope's
 ``state`` (``request.state`` in a route): ``tenant`` on the serving routes, for the
 pipeline and the access log; ``control_plane_key`` (the key's id) on the admin API.
+
+A serving key may come as ``Authorization: Bearer KEY`` or, as Anthropic's clients send it,
+``x-api-key: KEY``: the same keys and tenants either way. A refusal on the Messages API
+(``/v1/messages*``) is written in Anthropic's error body, so its SDK raises the right class.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tandem.errors import TandemError
 from tandem.gateway.auth import (
     AccessPolicy,
+    bearer_token,
     check_admin,
     check_serving,
     is_admin_path,
@@ -25,6 +30,7 @@ from tandem.gateway.auth import (
 )
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.http.json_bodies import error_response
+from tandem.gateway.http.render import anthropic_error_response, speaks_anthropic
 
 log = logging.getLogger("tandem.gateway")
 
@@ -64,7 +70,7 @@ class AccessControl:
         path: str = scope["path"]
         try:
             if is_serving_path(path):
-                key = check_serving(self.policy, _authorization(scope))
+                key = check_serving(self.policy, _serving_credential(scope))
                 scope.setdefault("state", {})["tenant"] = key.tenant if key else None
             elif is_admin_path(path):
                 client = scope.get("client")
@@ -72,7 +78,8 @@ class AccessControl:
                 admin = check_admin(self.policy, _authorization(scope), scope["method"], peer)
                 scope.setdefault("state", {})["control_plane_key"] = admin.id if admin else None
         except TandemError as err:
-            response = error_response(err)
+            anthropic = speaks_anthropic(path)
+            response = anthropic_error_response(err) if anthropic else error_response(err)
             if err.status == 401:
                 response.headers["WWW-Authenticate"] = "Bearer"
             await response(scope, receive, send)
@@ -81,7 +88,26 @@ class AccessControl:
 
 
 def _authorization(scope: Scope) -> str | None:
+    return _header(scope, b"authorization")
+
+
+def _serving_credential(scope: Scope) -> str | None:
+    """The ``Authorization`` header, or an ``x-api-key`` read as its bearer token.
+
+    A bearer token wins when both come; an ``Authorization`` header that carries none
+    (another scheme) leaves room for ``x-api-key``, which is how Anthropic's SDK sends keys.
+    """
+    authorization = _authorization(scope)
+    if bearer_token(authorization) is not None:
+        return authorization
+    api_key = _header(scope, b"x-api-key")
+    if api_key is not None and api_key.strip():
+        return f"Bearer {api_key.strip()}"
+    return authorization
+
+
+def _header(scope: Scope, wanted: bytes) -> str | None:
     for name, value in scope["headers"]:
-        if name == b"authorization":
+        if name == wanted:
             return value.decode("latin-1")
     return None

@@ -17,17 +17,26 @@ from tandem.errors import TandemError, make_error
 from tandem.gateway.config import GatewayConfig
 from tandem.gateway.http.access_control import access_middleware
 from tandem.gateway.http.json_bodies import error_response
-from tandem.gateway.http.render import coded_error_response
+from tandem.gateway.http.render import (
+    anthropic_error_response,
+    coded_error_response,
+    speaks_anthropic,
+)
 
 
 def http_app(config: GatewayConfig, routes: Sequence[BaseRoute]) -> Starlette:
     async def not_found(request: Request, exc: Exception) -> Response:
-        return error_response(make_error("not_found", f"no route {request.url.path}"))
+        err = make_error("not_found", f"no route {request.url.path}")
+        if speaks_anthropic(request.url.path):  # the Messages API's clients read its body
+            return anthropic_error_response(err)
+        return error_response(err)
 
     async def coded(request: Request, exc: Exception) -> Response:
         # A route without its own handling (e.g. /v1/models when the model files cannot
         # be loaded) still answers with its code, never a bare 500.
         assert isinstance(exc, TandemError)
+        if speaks_anthropic(request.url.path):
+            return anthropic_error_response(exc)
         return coded_error_response(exc)
 
     return Starlette(

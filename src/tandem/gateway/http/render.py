@@ -1,7 +1,9 @@
 """A pipeline outcome as an HTTP answer: JSON, an SSE stream, or OpenAI error JSON.
 
 Once a stream has started, errors arrive as an SSE error event (``http/sse.py``). Every
-answer carries the request id, so a client can quote it against the logs.
+answer carries the request id, so a client can quote it against the logs. The Anthropic
+Messages API (``/v1/messages*``) answers errors in Anthropic's body instead; its shape is
+here because the edge (access control, unknown routes) needs it too, keyed by path.
 """
 
 from __future__ import annotations
@@ -41,12 +43,15 @@ def in_dialect(
     return outcome
 
 
-def render(outcome: Outcome) -> Response | ReleaseAfter:
-    """The HTTP answer of a pipeline outcome, tagged with the request id."""
+def render(
+    outcome: Outcome, errors: Callable[[TandemError], Response] | None = None
+) -> Response | ReleaseAfter:
+    """The HTTP answer of a pipeline outcome, tagged with the request id; ``errors``
+    renders a failure (default: OpenAI error JSON)."""
     if isinstance(outcome, Answered):
         response: Response = json_response(outcome.body)
     elif isinstance(outcome, Failed):
-        response = coded_error_response(outcome.error)
+        response = (errors or coded_error_response)(outcome.error)
     elif isinstance(outcome, Gone):
         return Response(status_code=499)  # nobody reads it; the access log says 499
     else:
@@ -76,6 +81,51 @@ class ReleaseAfter:
 def coded_error_response(err: TandemError) -> Response:
     """OpenAI error JSON, with ``Retry-After`` when the error suggests one."""
     response = error_response(err)
+    if err.retry_after is not None:
+        response.headers["Retry-After"] = str(err.retry_after)
+    return response
+
+
+MESSAGES_PATH = "/v1/messages"
+
+# Anthropic's error types by HTTP status (its SDK picks the exception class by status).
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
+def speaks_anthropic(path: str) -> bool:
+    """Whether ``path`` belongs to the Messages API, whose errors take Anthropic's body."""
+    return path == MESSAGES_PATH or path.startswith(MESSAGES_PATH + "/")
+
+
+def anthropic_error_type(status: int) -> str:
+    known = _ANTHROPIC_TYPES.get(status)
+    if known is not None:
+        return known
+    return "api_error" if status >= 500 else "invalid_request_error"
+
+
+def anthropic_error_body(err: TandemError) -> dict[str, Any]:
+    """``{"type": "error", "error": {type, message}}``; the message starts with Tandem's
+    stable code (and names the field), so operators can grep for it as on other routes."""
+    where = f" (param '{err.param}')" if err.param else ""
+    message = f"{err.code}: {err.message}{where}"
+    return {
+        "type": "error",
+        "error": {"type": anthropic_error_type(err.status), "message": message},
+    }
+
+
+def anthropic_error_response(err: TandemError) -> Response:
+    response = json_response(anthropic_error_body(err), status=err.status)
     if err.retry_after is not None:
         response.headers["Retry-After"] = str(err.retry_after)
     return response

@@ -61,6 +61,7 @@ class CallArguments:
 class ChoiceFinished:
     choice: int
     reason: str  # "stop", "length", "tool_calls"
+    stop_sequence: str | None = None  # the client's stop string that ended it, if one did
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,7 @@ class FinishedChoice:
     logprobs: list[LogprobEntry] | None = None  # None: not asked for
     calls: list[ToolCall] | None = None
     reasoning: str | None = None
+    stop_sequence: str | None = None  # the client's stop string that ended it, if one did
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,8 +185,9 @@ async def collect(ctx: RequestContext, opened: OpenedStream) -> Completion:
 def _output(ctx: RequestContext, choice: Choice) -> FinishedChoice:
     text, reason = "".join(choice.text), choice.finish_reason or "stop"
     logprobs = choice.logprobs if ctx.sampling.logprobs is not None else None
+    stop = choice.stops.matched
     if ctx.shaping is None:
-        return FinishedChoice(choice.index, text, reason, logprobs)
+        return FinishedChoice(choice.index, text, reason, logprobs, stop_sequence=stop)
     shaped = ctx.shaping.whole(text, cut=reason == "length")
     calls = list(shaped.calls)
     return FinishedChoice(
@@ -196,6 +197,7 @@ def _output(ctx: RequestContext, choice: Choice) -> FinishedChoice:
         logprobs,
         calls or None,
         shaped.reasoning,
+        stop,
     )
 
 
@@ -208,14 +210,15 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
     try:
         async for frame in opened.frames:
             event = collector.apply(frame)
+            stop = collector.choices[event.index].stops.matched if event.finished else None
             if shapers is not None:
-                for piece in _shaped(shapers[event.index], event):
+                for piece in _shaped(shapers[event.index], event, stop):
                     yield piece
             else:
                 if event.text or event.logprobs:
                     yield TextDelta(event.index, event.text, event.logprobs if asked else None)
                 if event.finished:
-                    yield ChoiceFinished(event.index, event.finished)
+                    yield ChoiceFinished(event.index, event.finished, stop)
             if collector.done:
                 break
         ok = True
@@ -226,8 +229,9 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
     yield AnswerUsage(collector.usage())
 
 
-def _shaped(shaper: ChoiceStreamer, event: Event) -> list[AnswerEvent]:
-    """One frame's events of a parsed choice: reasoning, content and tool-call pieces."""
+def _shaped(shaper: ChoiceStreamer, event: Event, stop: str | None) -> list[AnswerEvent]:
+    """One frame's events of a parsed choice: reasoning, content and tool-call pieces;
+    ``stop``: the stop string that ended it, on its last frame."""
     index = event.index
     pieces = shaper.push(event.text) if event.text else []
     if event.finished:
@@ -244,5 +248,5 @@ def _shaped(shaper: ChoiceStreamer, event: Event) -> list[AnswerEvent]:
         elif piece.text:
             out.append(CallArguments(index, piece.index, piece.text))
     if event.finished:
-        out.append(ChoiceFinished(index, shaper.finish_reason(event.finished)))
+        out.append(ChoiceFinished(index, shaper.finish_reason(event.finished), stop))
     return out

@@ -154,7 +154,7 @@ def test_chat_params_are_named_as_the_responses_api_names_them(
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"input": "x", "conversation": "c"}, "conversation"),
+        ({"input": "x", "conversation": "c", "previous_response_id": "r"}, "conversation"),
         ({"input": "x", "include": ["reasoning.encrypted_content"]}, "include.0"),
         (
             {"input": "x", "stream_options": {"include_obfuscation": True}},

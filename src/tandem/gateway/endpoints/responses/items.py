@@ -11,7 +11,10 @@ policy, when a later turn re-sends it; docs/operations.md, "Stored responses").
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Any
+
+from pydantic import BaseModel
 
 from tandem.gateway.endpoints.responses.input_models import (
     FunctionCallItem,
@@ -38,8 +41,14 @@ def input_items(request: ResponsesRequest) -> list[dict[str, Any]]:
     """This turn's input as it is stored and listed (``GET …/input_items``)."""
     if isinstance(request.input, str):
         return [_message("user", [{"type": "input_text", "text": request.input}])]
+    return normalized_items(request.input)
+
+
+def normalized_items(validated: Sequence[BaseModel]) -> list[dict[str, Any]]:
+    """Validated input items (``input_models.InputItem``) as stored: plain dicts, each
+    with an ``id``, message content as a list of parts. Also the Conversations API's."""
     items: list[dict[str, Any]] = []
-    for item in request.input:
+    for item in validated:
         data = item.model_dump(exclude_none=True, by_alias=True)
         if isinstance(item, MessageItem) and isinstance(item.content, str):
             kind = "output_text" if item.role == "assistant" else "input_text"

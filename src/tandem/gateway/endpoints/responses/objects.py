@@ -29,6 +29,7 @@ class ResponseHeader:
     model: str
     request: ResponsesRequest
     stored: bool
+    conversation: str | None = None  # the conversation this turn is appended to
 
     def envelope(self, status: str, output: list[dict[str, Any]]) -> dict[str, Any]:
         req = self.request
@@ -69,6 +70,7 @@ class ResponseHeader:
             "user": req.user,
             "safety_identifier": req.safety_identifier,
             "metadata": req.metadata or {},
+            **({"conversation": {"id": self.conversation}} if self.conversation else {}),
         }
 
 

@@ -138,6 +138,29 @@ class StreamOptions(BaseModel):
     include_obfuscation: Literal[False] | None = None
 
 
+class ConversationRef(BaseModel):
+    """``conversation: {"id": ...}``, the object spelling of a conversation id."""
+
+    model_config = STRICT_IGNORE_EXTRA
+    id: str
+
+
+def check_metadata(meta: dict[str, str]) -> None:
+    """OpenAI's metadata bounds (responses and conversations alike), naming ``metadata``."""
+    if len(meta) > MAX_METADATA_PAIRS:
+        raise make_error(
+            "invalid_request", f"at most {MAX_METADATA_PAIRS} metadata pairs", param="metadata"
+        )
+    for key, value in meta.items():
+        if len(key) > MAX_METADATA_KEY or len(value) > MAX_METADATA_VALUE:
+            raise make_error(
+                "invalid_request",
+                f"metadata keys take up to {MAX_METADATA_KEY} characters and values "
+                f"up to {MAX_METADATA_VALUE}",
+                param=f"metadata.{key[:MAX_METADATA_KEY]}",
+            )
+
+
 class ResponsesRequest(BaseModel):
     # Extra fields are kept: vLLM's sampling extensions (seed, top_k, stop, ...) pass on to
     # the chat request, which honours or refuses each by name (responses/turn.py).
@@ -155,6 +178,8 @@ class ResponsesRequest(BaseModel):
     ]
     instructions: str | None = None
     previous_response_id: str | None = None
+    # The conversation this turn continues and is appended to (endpoints/conversations).
+    conversation: str | ConversationRef | None = None
     store: bool = True
     stream: bool = False
     stream_options: StreamOptions | None = None
@@ -191,21 +216,21 @@ class ResponsesRequest(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _metadata_bounds(self) -> ResponsesRequest:
-        meta = self.metadata or {}
-        if len(meta) > MAX_METADATA_PAIRS:
+    def _bounds_and_exclusions(self) -> ResponsesRequest:
+        check_metadata(self.metadata or {})
+        if self.conversation is not None and self.previous_response_id is not None:
+            # As OpenAI: a turn continues either a conversation or a response chain.
             raise make_error(
-                "invalid_request", f"at most {MAX_METADATA_PAIRS} metadata pairs", param="metadata"
+                "invalid_request",
+                "'conversation' and 'previous_response_id' cannot both be set: send one",
+                param="conversation",
             )
-        for key, value in meta.items():
-            if len(key) > MAX_METADATA_KEY or len(value) > MAX_METADATA_VALUE:
-                raise make_error(
-                    "invalid_request",
-                    f"metadata keys take up to {MAX_METADATA_KEY} characters and values "
-                    f"up to {MAX_METADATA_VALUE}",
-                    param=f"metadata.{key[:MAX_METADATA_KEY]}",
-                )
         return self
+
+    @property
+    def conversation_id(self) -> str | None:
+        ref = self.conversation
+        return ref.id if isinstance(ref, ConversationRef) else ref
 
     @property
     def wants_logprobs(self) -> bool:
@@ -217,7 +242,6 @@ class ResponsesRequest(BaseModel):
 
 # Fields of OpenAI's Responses API that Tandem cannot honour; refused unless empty.
 _REFUSED: dict[str, str] = {
-    "conversation": "the Conversations API is not supported; use previous_response_id",
     "prompt": "stored prompt templates are not supported",
     "prompt_cache_key": "prompt cache keys are not supported (routing is cache-aware already)",
     "prompt_cache_retention": "prompt cache retention is not configurable",

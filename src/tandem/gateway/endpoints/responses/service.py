@@ -18,6 +18,7 @@ from typing import Any
 
 from tandem.ascii_int import ascii_int
 from tandem.errors import TandemError, make_error
+from tandem.gateway.endpoints.responses.conversation_turns import append_turn
 from tandem.gateway.endpoints.responses.objects import Answer, CountTokens, finished, output_items
 from tandem.gateway.endpoints.responses.stream import EventWriter
 from tandem.gateway.endpoints.responses.turn import Turn, history_unavailable, responses_param
@@ -60,6 +61,7 @@ class ResponsesService:
             answer = Answer.from_completion(outcome.answer, outcome.meta.token_strings)
             body = finished(turn.header, answer, output_items(answer), await self._counter())
             try:
+                await self._append(turn, body)
                 await self._save(turn, body)
             except TandemError as err:
                 return Failed(err, outcome.request_id)
@@ -90,6 +92,7 @@ class ResponsesService:
                 return
             closing, body = writer.finish()
             try:
+                await self._append(turn, body)
                 await self._save(turn, body)
             except TandemError as err:
                 closing, _ = writer.fail(err)
@@ -126,6 +129,15 @@ class ResponsesService:
         except HistoryError as exc:
             log.warning("response %s not stored", header.id)
             raise history_unavailable(exc) from None
+
+    async def _append(self, turn: Turn, body: dict[str, Any]) -> None:
+        """An answered turn's input and output, onto the conversation it names (before the
+        response is stored: a turn the conversation refused is not stored either)."""
+        if turn.conversation is None or self.store is None:
+            return
+        items = turn.items + list(body.get("output") or [])
+        # Shielded, as _save: a client leaving must not cut an append under way.
+        await asyncio.shield(append_turn(self.store, turn.tenant, turn.conversation, items))
 
     async def _save_quietly(self, turn: Turn, body: dict[str, Any]) -> None:
         # The client is told of the generation failure, which came first.

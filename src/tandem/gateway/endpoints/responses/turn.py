@@ -1,8 +1,9 @@
 """One ``POST /v1/responses``: the request, the conversation it continues, its chat form.
 
 :meth:`Turn.parse` is the pipeline's parser for this route (``pipeline/run.py``): it reads
-the Responses body, loads the earlier turns named by ``previous_response_id`` from the
-history store, and returns the chat request's conversion (``pipeline/generation_request.py``)
+the Responses body, loads the earlier turns named by ``previous_response_id`` (or the
+items of the ``conversation`` it names, endpoints/conversations) from the history store,
+and returns the chat request's conversion (``pipeline/generation_request.py``)
 for the pipeline to serve — so PD, both media paths, structured outputs and tools behave
 exactly as on ``/v1/chat/completions``.
 """
@@ -16,6 +17,7 @@ from typing import Any
 
 from tandem.errors import TandemError, make_error
 from tandem.gateway.endpoints.chat.schema import validate_chat_request
+from tandem.gateway.endpoints.responses.conversation_turns import conversation_context
 from tandem.gateway.endpoints.responses.items import chat_messages, input_items
 from tandem.gateway.endpoints.responses.objects import ResponseHeader
 from tandem.gateway.endpoints.responses.request import NamedFunction, parse_responses_request
@@ -57,6 +59,7 @@ class Turn:
         self.header: ResponseHeader | None = None
         self.items: list[dict[str, Any]] = []
         self.history: list[StoredResponse] = []
+        self.conversation: str | None = None  # appended to once the turn is answered
 
     @property
     def stores(self) -> bool:
@@ -75,7 +78,8 @@ class Turn:
             f"resp_{uuid.uuid4().hex}", int(time.time()), request.model, request, stored
         )
         self.items = input_items(request)
-        if stored and len(encoded(self.items)) > self.limits.max_response_bytes:
+        kept = stored or request.conversation is not None
+        if kept and len(encoded(self.items)) > self.limits.max_response_bytes:
             raise make_error(
                 "invalid_request",
                 f"this input takes more than the {self.limits.max_response_bytes} bytes a "
@@ -86,6 +90,8 @@ class Turn:
         if request.previous_response_id is not None:
             self.history = await self._earlier_turns(request.previous_response_id)
         earlier = [item for turn in self.history for item in _turn_items(turn)]
+        if request.conversation_id is not None:
+            earlier = await self._conversation(request.conversation_id)
         messages = chat_messages(earlier + self.items)
         if request.instructions is not None:
             # Instructions belong to this request only: an earlier turn's are not carried.
@@ -99,6 +105,23 @@ class Turn:
         except TandemError as err:
             err.param = responses_param(err.param)
             raise
+
+    async def _conversation(self, conversation_id: str) -> list[dict[str, Any]]:
+        """The conversation's items; refused now, before any generation, when this turn's
+        input could not be appended to it afterwards (an id it holds already)."""
+        earlier = await conversation_context(self.store, self.tenant, conversation_id)
+        held = {item["id"] for item in earlier}
+        for index, item in enumerate(self.items):
+            if item["id"] in held:
+                raise make_error(
+                    "invalid_request",
+                    f"conversation {conversation_id} already has an item {item['id']!r}",
+                    param=f"input.{index}.id",
+                )
+        self.conversation = conversation_id
+        assert self.header is not None
+        self.header.conversation = conversation_id
+        return earlier
 
     async def _earlier_turns(self, previous_id: str) -> list[StoredResponse]:
         param = "previous_response_id"

@@ -1,0 +1,1 @@
+"""The Conversations API (``/v1/conversations``): stored conversations and their items."""
