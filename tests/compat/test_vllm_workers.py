@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import anthropic
 import openai
 import pytest
 from tests.integration.wire_helpers import (
@@ -392,6 +393,49 @@ def test_responses_api_in_front_of_vllm(engines: Engines, reference: dict) -> No
     assert_responses_match_chat(engines.client("agg"), engines, reference)
 
 
+def messages_turn(text: str, image: str | None) -> list[dict]:
+    """``messages(text, image)`` as an Anthropic Messages turn (same part order)."""
+    if image is None:
+        return [{"role": "user", "content": text}]
+    media_type, data = image.removeprefix("data:").split(";base64,")
+    source = {"type": "base64", "media_type": media_type, "data": data}
+    return [{"role": "user", "content": [{"type": "image", "source": source}, text_block(text)]}]
+
+
+def text_block(text: str) -> dict:
+    return {"type": "text", "text": text}
+
+
+def assert_messages_match_chat(client: openai.OpenAI, engines: Engines, reference: dict) -> None:
+    """An Anthropic Messages request (the anthropic SDK), created and streamed, answers
+    what chat answers for the same prompt: text and an image. The Messages API has no
+    ``ignore_eos``, so the chat request is sent without it too."""
+    claude = anthropic.Anthropic(
+        base_url=str(client.base_url).removesuffix("/v1/"), api_key="unused", max_retries=0
+    )
+    for i in (0, len(CASES) - 1):
+        text, image = CASES[i]
+        plain = client.chat.completions.create(
+            model=engines.model, messages=messages(text, image), max_tokens=12, temperature=0
+        )
+        expected = plain.choices[0].message.content or ""
+        assert expected and reference[i].startswith(expected)
+        turn = messages_turn(text, image)
+        greedy = {"extra_body": {"temperature": 0}}
+        answer = claude.messages.create(model=engines.model, max_tokens=12, messages=turn, **greedy)
+        assert "".join(b.text for b in answer.content if b.type == "text") == expected
+        assert answer.usage.input_tokens == plain.usage.prompt_tokens
+        assert answer.usage.output_tokens == plain.usage.completion_tokens
+        with claude.messages.stream(
+            model=engines.model, max_tokens=12, messages=turn, **greedy
+        ) as stream:
+            assert "".join(stream.text_stream) == expected
+
+
+def test_messages_api_in_front_of_vllm(engines: Engines, reference: dict) -> None:
+    assert_messages_match_chat(engines.client("agg"), engines, reference)
+
+
 def _write_figure(name: str, figure: dict) -> None:
     FIGURES.mkdir(parents=True, exist_ok=True)
     (FIGURES / name).write_text(json.dumps(figure, indent=1))
@@ -443,6 +487,10 @@ def test_pd_streaming_matches_the_aggregated_worker(engines: Engines, reference:
 
 def test_pd_responses_api_in_front_of_vllm(engines: Engines, reference: dict) -> None:
     assert_responses_match_chat(engines.client("pd-router"), engines, reference)
+
+
+def test_pd_messages_api_in_front_of_vllm(engines: Engines, reference: dict) -> None:
+    assert_messages_match_chat(engines.client("pd-router"), engines, reference)
 
 
 def test_pd_constrained_and_logprobs_match_the_aggregated_worker(
