@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test test-unit test-vllm lint install clean
+.PHONY: serve test test-unit test-faults test-vllm lint install clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,17 @@ test: $(STAMP)
 # no long property-based suite (about a minute on 2 cores; `make test` runs them all).
 test-unit: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit -m "not weights and not processes and not fuzz"
+
+# The fault-injection suite alone (issue 38; `make test` runs it too): workers killed and
+# frozen at each phase, the network reset and stalled, garbage frames, PostgreSQL stopped.
+FAULT_TESTS := tests/integration/test_fault_matrix.py tests/integration/test_fault_encode_and_net.py \
+	tests/integration/test_fault_proxy.py tests/integration/test_gateway_faults.py \
+	tests/integration/test_pd_faults.py tests/integration/test_stream_faults.py \
+	tests/integration/test_history_outage.py tests/unit/gateway/workers/test_garbled_frames.py \
+	tests/unit/gateway/workers/test_wrong_request_id.py
+test-faults: $(STAMP)
+	.ci/ensure-postgres
+	$(PY) -m pytest -q -p no:cacheprovider $(FAULT_TESTS)
 
 # Compatibility lane: Tandem's gateway in front of real vLLM CPU workers, and smg (the
 # reference gateway) in front of Tandem's workers. vLLM and smg live in their own virtualenvs

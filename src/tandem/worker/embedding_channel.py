@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 
 from tandem.engine.types import ImageFeatures
+from tandem.wire.peer_channels import PeerChannels, once_more_when_unavailable
 from tandem.worker.embedding_frames import (
     CHUNK_BYTES,
     FeaturesReader,
@@ -248,27 +249,24 @@ class EmbeddingClient:
 
     def __init__(self, timeout_s: float = 30.0) -> None:
         self.timeout_s = timeout_s
-        self._channels: dict[str, grpc.aio.Channel] = {}
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(
-                address, options=[("grpc.max_receive_message_length", 256 << 20)]
-            )
-        return self._channels[address]
+        self._peers = PeerChannels()
 
     async def pull(self, address: str, transfer_id: str, wait_s: float) -> PulledEmbedding:
-        call = self._channel(address).unary_stream(
+        channel = self._peers.get(address)
+        call = channel.unary_stream(
             f"/{SERVICE}/Pull", request_serializer=_dumps, response_deserializer=_identity
         )
         request = {"transfer_id": transfer_id, "wait_s": wait_s}
-        reader = FeaturesReader()
-        stream: AsyncIterator[bytes] = call(request, timeout=self.timeout_s + max(wait_s, 0.0))
-        async for frame in stream:
-            reader.feed(frame)
-        return reader.result()
+
+        async def attempt() -> PulledEmbedding:
+            reader = FeaturesReader()
+            timeout = self.timeout_s + max(wait_s, 0.0)
+            stream: AsyncIterator[bytes] = call(request, timeout=timeout)
+            async for frame in stream:
+                reader.feed(frame)
+            return reader.result()
+
+        return await once_more_when_unavailable(channel, attempt)
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._peers.close()

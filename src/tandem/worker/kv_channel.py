@@ -38,6 +38,7 @@ import torch
 
 from tandem.engine.kv_store import KvStore
 from tandem.engine.types import KVLayers, ModelShape
+from tandem.wire.peer_channels import PeerChannels, once_more_when_unavailable
 from tandem.worker.kv_media import media_to_json
 
 SERVICE = "tandem.kv.KvTransfer"
@@ -186,15 +187,10 @@ class KvChannelClient:
     def __init__(self, shape: ModelShape, timeout_s: float = 30.0) -> None:
         self.shape = shape
         self.timeout_s = timeout_s
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._peers = PeerChannels()
 
     def _channel(self, address: str) -> grpc.aio.Channel:
-        if address not in self._channels:
-            self._channels[address] = grpc.aio.insecure_channel(
-                address,
-                options=[("grpc.max_receive_message_length", 256 << 20)],
-            )
-        return self._channels[address]
+        return self._peers.get(address)
 
     async def pull(
         self,
@@ -219,18 +215,22 @@ class KvChannelClient:
             "tokens_digest": tokens_digest(token_ids[:end]),
             "shape": [self.shape.num_layers, self.shape.num_kv_heads, self.shape.head_dim],
         }
-        parts: list[KVLayers] = []
-        expected = start
-        stream: AsyncIterator[bytes] = call(request, timeout=self.timeout_s + wait_s)
-        async for frame in stream:
-            first, kv = decode_frame(frame, self.shape)
-            if first != expected:
-                raise ValueError(f"KV frame out of order: got token {first}, expected {expected}")
-            expected += kv[0][0].shape[1]
-            parts.append(kv)
-        if expected != end:
-            raise ValueError(f"KV pull ended at token {expected}, expected {end}")
-        return concat_kv(parts, self.shape)
+
+        async def attempt() -> KVLayers:
+            parts: list[KVLayers] = []
+            expected = start
+            stream: AsyncIterator[bytes] = call(request, timeout=self.timeout_s + wait_s)
+            async for frame in stream:
+                first, kv = decode_frame(frame, self.shape)
+                if first != expected:
+                    raise ValueError(f"KV frame out of order: got {first}, expected {expected}")
+                expected += kv[0][0].shape[1]
+                parts.append(kv)
+            if expected != end:
+                raise ValueError(f"KV pull ended at token {expected}, expected {end}")
+            return concat_kv(parts, self.shape)
+
+        return await once_more_when_unavailable(self._channel(address), attempt)
 
     async def describe(self, address: str, transfer_id: str, wait_s: float) -> dict[str, Any]:
         """The held transfer's size, digest and media description (waits up to ``wait_s``)."""
@@ -238,7 +238,9 @@ class KvChannelClient:
             f"/{SERVICE}/Describe", request_serializer=_dumps, response_deserializer=_loads
         )
         request = {"transfer_id": transfer_id, "wait_s": wait_s}
-        reply: dict[str, Any] = await call(request, timeout=self.timeout_s + wait_s)
+        reply: dict[str, Any] = await once_more_when_unavailable(
+            self._channel(address), lambda: call(request, timeout=self.timeout_s + wait_s)
+        )
         return reply
 
     async def release(self, address: str, transfer_id: str, wait_s: float = 0.0) -> bool:
@@ -248,7 +250,9 @@ class KvChannelClient:
         request: dict[str, Any] = {"transfer_id": transfer_id}
         if wait_s:
             request["wait_s"] = wait_s
-        reply = await call(request, timeout=5.0 + wait_s)
+        reply = await once_more_when_unavailable(
+            self._channel(address), lambda: call(request, timeout=5.0 + wait_s)
+        )
         return bool(reply.get("released"))
 
     async def stats(self, address: str) -> dict[str, Any]:
@@ -258,9 +262,7 @@ class KvChannelClient:
         return await call({}, timeout=5.0)
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._peers.close()
 
 
 def _seconds(value: Any) -> float:

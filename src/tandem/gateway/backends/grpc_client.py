@@ -19,12 +19,14 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import grpc
+from smg_grpc_proto.generated import common_pb2
 
 from tandem.gateway.backends.frames import Frame
+from tandem.wire.peer_channels import RECONNECT_OPTIONS
 from tandem.wire.worker_marker import TANDEM_WORKER_METADATA_KEY
 
 log = logging.getLogger("tandem.gateway.workers")
@@ -36,9 +38,9 @@ DEFAULT_CHANNEL_OPTIONS: dict[str, Any] = {
     # gRPC's default reconnect backoff grows to two minutes. A worker restarted on its
     # address must be found by the next health check (issue 38: back within two
     # intervals at 1 s): the channel retries a refused connection every 0.5 s at most,
-    # a cheap failed connect while the worker is down.
-    "grpc.initial_reconnect_backoff_ms": 100,
-    "grpc.max_reconnect_backoff_ms": 500,
+    # a cheap failed connect while the worker is down. Workers' own peer channels use
+    # the same numbers (tandem/wire/peer_channels.py).
+    **dict(RECONNECT_OPTIONS),
 }
 KV_RELEASE_METHOD = "/tandem.kv.KvTransfer/Release"
 # Call ends that happened on our side: the worker may not know the request is dead.
@@ -48,11 +50,28 @@ _LOCAL_END_CODES = frozenset({grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLIN
 GARBLED_FRAME = "the worker sent a frame that is not a valid message of its protocol"
 
 
-def garbled_frame() -> grpc.aio.AioRpcError:
-    """The failure a stream reports for a frame that does not parse (INTERNAL)."""
+WRONG_REQUEST_ID = "the worker answered for another request"
+
+
+def garbled_frame(details: str = GARBLED_FRAME) -> grpc.aio.AioRpcError:
+    """The failure a stream reports for a frame it cannot use (INTERNAL): one that does not
+    parse, or one that names another request."""
     return grpc.aio.AioRpcError(
-        grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), GARBLED_FRAME
+        grpc.StatusCode.INTERNAL, grpc.aio.Metadata(), grpc.aio.Metadata(), details
     )
+
+
+def answers_another_request(message: Any, request_id: str) -> bool:
+    """Whether ``message`` names a request other than ``request_id``.
+
+    SGLang, TokenSpeed and TensorRT-LLM responses carry the request id (vLLM's and MLX's do
+    not: nothing to check). An engine may suffix it per sample ("<id>-1", "<id>_1"), so a
+    frame is for us when its id is empty or starts with ours. A frame for another request
+    means the worker mixed up streams: passing its tokens on would answer one client with
+    another's text, so the call ends as a worker error instead.
+    """
+    answered = getattr(message, "request_id", "")
+    return bool(answered) and not answered.startswith(request_id)
 
 
 class LegStream:
@@ -112,6 +131,14 @@ class LegStream:
                 # abort it on the worker, and fail as a worker error in our words.
                 self._drop()
                 raise garbled_frame()
+            if answers_another_request(message, self.request_id):
+                log.warning(
+                    "worker answered request %r on the stream of %r; the call is ended",
+                    getattr(message, "request_id", ""),
+                    self.request_id,
+                )
+                self._drop()
+                raise garbled_frame(WRONG_REQUEST_ID)
             self.started = True
             frame = self._read_frame(message)
             if frame is None:
@@ -147,6 +174,9 @@ class LegStream:
 class GrpcWorkerClient:
     """One gRPC channel to one worker ("host:port"): the protocol-neutral half of a
     :class:`~tandem.gateway.workers.protocol.WorkerClient`."""
+
+    # The full name of the protocol's ``SubscribeKvEvents`` ("" where it has none: MLX).
+    kv_events_method = ""
 
     def __init__(
         self,
@@ -243,6 +273,25 @@ class GrpcWorkerClient:
         if on_done is not None:
             call.add_done_callback(lambda _call: on_done())
         return LegStream(call, request_id, max(1, n), self._abort_in_background, read_frame)
+
+    def subscribe_kv_events(
+        self, start_sequence_number: int
+    ) -> AsyncIterator[common_pb2.KvEventBatch]:
+        """Open the worker's KV-event stream (``gateway/kv_events/subscription.py`` reads
+        it); load records before the first batch are asked for. No deadline: the stream
+        lives as long as the worker, and the caller cancels it."""
+        if not self.kv_events_method:
+            raise NotImplementedError(f"{type(self).__name__} has no SubscribeKvEvents")
+        call = self._channel.unary_stream(
+            self.kv_events_method,
+            request_serializer=common_pb2.SubscribeKvEventsRequest.SerializeToString,
+            response_deserializer=common_pb2.KvEventBatch.FromString,
+        )
+        request = common_pb2.SubscribeKvEventsRequest(
+            start_sequence_number=start_sequence_number, load_records_before_first_batch=True
+        )
+        stream: AsyncIterator[common_pb2.KvEventBatch] = call(request)
+        return stream
 
     async def release_kv(self, transfer_id: str, timeout: float = 2.0) -> bool:
         """Tell a Tandem prefill worker to drop the KV it holds under ``transfer_id``.
