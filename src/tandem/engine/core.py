@@ -28,6 +28,7 @@ import torch
 
 from tandem.engine.aborts import PendingAborts
 from tandem.engine.block_keys import block_keys
+from tandem.engine.kv_events import BlockSource
 from tandem.engine.kv_store import KvStore
 from tandem.engine.logprobs import TokenLogprob
 from tandem.engine.prefix_cache import PrefixCache
@@ -250,7 +251,8 @@ class EmbeddedEngine:
         logits, state = self.runner.prefill(prompt, request.media, cached)
         self.stats.prompt_tokens += len(prompt)
         self.stats.prefill_computed_tokens += len(prompt) - computed_from
-        self.prefix_cache.insert(keys, state.kv)
+        source = BlockSource(prompt, items, request.cache_salt, self.block_size)
+        self.prefix_cache.insert(keys, state.kv, source)
         if request.export_transfer_id:
             prompt_kv = [(k[:, : len(prompt)], v[:, : len(prompt)]) for k, v in state.kv]
             # The media description goes with the KV (the store drops the pixels): a decode

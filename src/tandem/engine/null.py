@@ -104,6 +104,11 @@ class NullEngine:
     def block_size(self) -> int:
         return self._prefix_cache.block_size
 
+    @property
+    def prefix_cache(self) -> PrefixCache:
+        """Always empty (no budget); the worker's KV-event publisher listens to it all the same."""
+        return self._prefix_cache
+
     def match_prefix(self, keys: Sequence[bytes]) -> tuple[int, KVLayers]:
         return self._prefix_cache.match(keys)
 

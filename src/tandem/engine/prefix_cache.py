@@ -9,6 +9,9 @@ to the first, so the first block is the most recent: under pressure a chain lose
 tail before its head, and what remains is still a usable prefix.
 
 Thread-safe: the compute thread and RPC threads may call in concurrently.
+
+An optional listener (``engine/kv_events.py``) hears what was stored, evicted and
+cleared, in the order it happened; without one, inserts build no event at all.
 """
 
 from __future__ import annotations
@@ -19,6 +22,15 @@ from collections.abc import Sequence
 
 import torch
 
+from tandem.engine.kv_events import (
+    BlockContent,
+    BlockSource,
+    BlocksRemoved,
+    BlocksStored,
+    CacheCleared,
+    KvEvent,
+    KvEventSink,
+)
 from tandem.engine.types import KVLayers, ModelShape
 
 
@@ -39,6 +51,12 @@ class PrefixCache:
         self._query_tokens = 0
         self._hits_tokens = 0
         self._evicted_blocks = 0
+        self._listener: KvEventSink | None = None
+
+    def set_listener(self, listener: KvEventSink | None) -> None:
+        """Report every later store, eviction and clear to ``listener`` (None: stop)."""
+        with self._lock:
+            self._listener = listener
 
     @property
     def enabled(self) -> bool:
@@ -116,11 +134,13 @@ class PrefixCache:
 
     # -- updates ----------------------------------------------------------------------
 
-    def insert(self, keys: Sequence[bytes], kv: KVLayers) -> int:
+    def insert(self, keys: Sequence[bytes], kv: KVLayers, source: BlockSource | None = None) -> int:
         """Store every full block of ``kv`` that ``keys`` covers; returns blocks added.
 
         ``kv`` may be longer than the keys cover (e.g. a trailing partial block or
         generated tokens); only ``min(len(keys), seq_len // block_size)`` blocks count.
+        ``source`` (what ``keys`` were computed from) describes the added blocks to the
+        listener; without it a listener hears of evictions but not of these stores.
         """
         seq_len = self._check_kv(kv)
         n = min(len(keys), seq_len // self.block_size)
@@ -131,9 +151,16 @@ class PrefixCache:
         bs = self.block_size
         added = 0
         with self._lock:
+            listener = self._listener
+            describe = listener is not None and source is not None
+            segments: list[tuple[int, list[BlockContent]]] = []  # (first index, blocks)
             for i in range(n):
                 if keys[i] in self._blocks:
                     continue
+                if describe and source is not None:
+                    if not segments or segments[-1][0] + len(segments[-1][1]) != i:
+                        segments.append((i, []))
+                    segments[-1][1].append(source.content(i, keys[i]))
                 # stack copies: the stored block shares no memory with ``kv``.
                 block = torch.stack(
                     [
@@ -144,14 +171,25 @@ class PrefixCache:
                 self._blocks[keys[i]] = block
                 added += 1
             self._touch(keys[:n])
+            evicted: list[bytes] = []
             while len(self._blocks) > self.capacity_blocks:
-                self._blocks.popitem(last=False)
+                evicted.append(self._blocks.popitem(last=False)[0])
                 self._evicted_blocks += 1
+            if listener is not None and (segments or evicted):
+                events: list[KvEvent] = [
+                    BlocksStored(tuple(blocks), keys[first - 1] if first else None)
+                    for first, blocks in segments
+                ]
+                if evicted:
+                    events.append(BlocksRemoved(tuple(evicted)))
+                listener.publish(events)
         return added
 
     def clear(self) -> None:
         with self._lock:
             self._blocks.clear()
+            if self._listener is not None:
+                self._listener.publish([CacheCleared()])
 
     # -- internals (callers hold the lock where it matters) ----------------------------
 

@@ -1,5 +1,11 @@
 """Every Prometheus metric of the gateway, defined once, with the `tandem_` prefix.
 
+Under ``--processes N`` every process keeps its values in prometheus_client's multiprocess
+files and one ``/metrics`` sums them (gateway/multiprocess/metrics_dir.py); each gauge's
+``multiprocess_mode`` says how: counts of this gateway's work add up over live processes
+(``livesum``), a worker is healthy only if every process sees it so (``livemin``), and its
+breaker is open if any process opened it (``livemax``). With one process the modes are unused.
+
 Label cardinality is bounded: routes, status codes, error codes and worker URLs
 are finite sets; request ids and model outputs never become labels.
 """
@@ -32,20 +38,54 @@ TTFT_SECONDS = Histogram(
     registry=REGISTRY,
 )
 WORKER_IN_FLIGHT = Gauge(
-    "tandem_worker_in_flight", "Requests in flight per worker", ["worker"], registry=REGISTRY
+    "tandem_worker_in_flight",
+    "Requests in flight per worker",
+    ["worker"],
+    multiprocess_mode="livesum",
+    registry=REGISTRY,
 )
 WORKER_HEALTHY = Gauge(
     "tandem_worker_healthy",
     "1 when the worker passed its last health check",
     ["worker"],
+    multiprocess_mode="livemin",
     registry=REGISTRY,
 )
 CIRCUIT_OPEN = Gauge(
     "tandem_worker_circuit_open",
     "1 while the worker's circuit breaker is open",
     ["worker"],
+    multiprocess_mode="livemax",
     registry=REGISTRY,
 )
+# Routing from the workers' KV events (gateway/kv_events): one series per worker.
+KV_EVENTS_APPLIED = Counter(
+    "tandem_kv_events_applied_total",
+    "KV cache events applied to the gateway's event index, per worker",
+    ["worker"],
+    registry=REGISTRY,
+)
+KV_EVENT_BLOCKS = Gauge(
+    "tandem_kv_event_blocks",
+    "Blocks the event index holds for the worker",
+    ["worker"],
+    # Every gateway process follows the same stream: one figure, not their sum.
+    multiprocess_mode="livemax",
+    registry=REGISTRY,
+)
+KV_EVENT_RESYNCS = Counter(
+    "tandem_kv_event_resyncs_total",
+    "Times the worker's index was dropped for a resync (sequence gap or lost stream)",
+    ["worker"],
+    registry=REGISTRY,
+)
+KV_EVENT_DROPPED_BLOCKS = Counter(
+    "tandem_kv_event_dropped_blocks_total",
+    "Stored blocks the index could not key (their parent was unknown)",
+    ["worker"],
+    registry=REGISTRY,
+)
+KV_EVENT_SERIES = (KV_EVENTS_APPLIED, KV_EVENT_BLOCKS, KV_EVENT_RESYNCS, KV_EVENT_DROPPED_BLOCKS)
 RETRIES = Counter(
     "tandem_retries_total", "Requests retried on another worker", ["route"], registry=REGISTRY
 )
@@ -141,17 +181,20 @@ ADMISSION_REJECTED = Counter(
 REQUESTS_RUNNING = Gauge(
     "tandem_requests_running",
     "Generation requests holding an admission slot",
+    multiprocess_mode="livesum",
     registry=REGISTRY,
 )
 REQUESTS_QUEUED = Gauge(
     "tandem_requests_queued",
     "Generation requests waiting for an admission slot",
+    multiprocess_mode="livesum",
     registry=REGISTRY,
 )
 MM_INFLIGHT_BYTES = Gauge(
     "tandem_mm_inflight_bytes",
     "Image bytes held by in-flight requests, decoded or as pixel tensors "
     "(against --multimodal-max-inflight-bytes)",
+    multiprocess_mode="livesum",
     registry=REGISTRY,
 )
 MM_PIXEL_CACHE_HITS = Counter(
@@ -167,6 +210,7 @@ MM_PIXEL_CACHE_MISSES = Counter(
 MM_PIXEL_CACHE_BYTES = Gauge(
     "tandem_mm_pixel_cache_bytes",
     "Bytes of preprocessed pixels held by the pixel cache (against --mm-pixel-cache-mb)",
+    multiprocess_mode="livesum",
     registry=REGISTRY,
 )
 MM_POOL_RESTARTS = Counter(

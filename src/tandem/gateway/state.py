@@ -15,6 +15,7 @@ from tandem.gateway.dispatch.aggregated import AggregatedDispatcher
 from tandem.gateway.dispatch.base import Dispatcher
 from tandem.gateway.history.factory import open_store
 from tandem.gateway.history.store import HistoryError, ResponseStore
+from tandem.gateway.kv_events.manager import KvEventManager
 from tandem.gateway.model import ModelHandle
 from tandem.gateway.multimodal.pixel_cache import PixelCache
 from tandem.gateway.multimodal.pool import ImagePool
@@ -22,6 +23,7 @@ from tandem.gateway.pd.dispatcher import PDDispatcher
 from tandem.gateway.workers.breaker import CircuitBreaker
 from tandem.gateway.workers.health import HealthChecker
 from tandem.gateway.workers.policies.factory import make_policy
+from tandem.gateway.workers.policies.kv_events import KvEventsPolicy
 from tandem.gateway.workers.registry import WorkerRegistry
 from tandem.gateway.workers.worker import Worker
 from tandem.wire.shm import sweep_stale_segments
@@ -47,6 +49,8 @@ class GatewayState:
     # Stored Responses API conversations; None with --history-backend none. Built here,
     # connected by start(), closed by stop().
     history: ResponseStore | None = field(init=False, default=None)
+    # The workers' KV-event subscriptions, only when a policy is ``kv_events``.
+    kv_events: KvEventManager | None = field(init=False, default=None)
     _model_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def __post_init__(self) -> None:
@@ -65,6 +69,11 @@ class GatewayState:
                     known.remove_worker(worker.url)
 
         self.registry.on_change(forget)
+        fed = [p for p in (policy, prefill_policy, decode_policy) if isinstance(p, KvEventsPolicy)]
+        if fed:
+            self.kv_events = KvEventManager(self.registry)
+            for known in fed:
+                known.bind(self.kv_events)
         self.backend = make_backend(config)
         self.registry.sender = self.backend.sender
         self.registry.breaker_factory = partial(
@@ -104,6 +113,8 @@ class GatewayState:
             unhealthy_after=config.health_failure_threshold,
         )
         self.health.start()
+        if self.kv_events is not None:
+            self.kv_events.start()
         if config.mm_workers:
             pool = ImagePool(config.mm_workers, config.mm_workers_nice)
             await pool.start()  # warmed before the first request (imports done once)
@@ -151,6 +162,8 @@ class GatewayState:
     async def stop(self) -> None:
         if self.health is not None:
             await self.health.stop()
+        if self.kv_events is not None:
+            await self.kv_events.stop()
         await self.registry.close()
         if self.image_pool is not None:
             pool, self.image_pool = self.image_pool, None

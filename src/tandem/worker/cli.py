@@ -85,6 +85,18 @@ def add_worker_parser(commands: argparse._SubParsersAction) -> None:
         "UNAVAILABLE",
     )
     p.add_argument(
+        "--kv-events-heartbeat-secs",
+        type=float,
+        default=_DEFAULTS.kv_events_heartbeat_s,
+        help="how often the KV-event stream carries the worker's load while nothing else goes",
+    )
+    p.add_argument(
+        "--no-kv-events",
+        dest="kv_events",
+        action="store_false",
+        help="publish no KV events (SubscribeKvEvents answers UNIMPLEMENTED)",
+    )
+    p.add_argument(
         "--embedding-cache-mb",
         type=int,
         default=_DEFAULTS.embedding_cache_mb,
@@ -140,6 +152,8 @@ def config_from_args(args: argparse.Namespace) -> WorkerConfig:
         media_limits=media_limits_from_args(args),
         kv_lease_s=args.kv_lease_secs,
         kv_pull_wait_s=args.kv_pull_wait_secs,
+        kv_events=args.kv_events,
+        kv_events_heartbeat_s=args.kv_events_heartbeat_secs,
         embedding_cache_mb=args.embedding_cache_mb,
         kv_connector=args.kv_connector,
         prefix_cache_bytes=args.prefix_cache_bytes,

@@ -63,6 +63,10 @@ class WorkerConfig:
     # How long a decode leg waits for its prefill's KV to appear (a gateway-minted transfer
     # id, an SGLang bootstrap room) before it fails UNAVAILABLE.
     kv_pull_wait_s: float = 10.0
+    # KV events over SubscribeKvEvents (worker/kv_events): on unless --no-kv-events; load
+    # records go out every kv_events_heartbeat_s while nothing else does.
+    kv_events: bool = True
+    kv_events_heartbeat_s: float = 1.0
     # --role encode: the LRU of image features by the pixels' digest (0: off);
     # worker/embedding_cache.py.
     embedding_cache_mb: int = 256
@@ -102,6 +106,8 @@ class WorkerConfig:
         self._check_bootstrap_port()
         if self.kv_lease_s <= 0:
             raise ValueError("--kv-lease-secs must be positive")
+        if not self.kv_events_heartbeat_s > 0:
+            raise ValueError("--kv-events-heartbeat-secs must be > 0")
         if not self.kv_pull_wait_s >= 0:
             raise ValueError("--kv-pull-wait-secs must be >= 0")
         if self.embedding_cache_mb < 0:

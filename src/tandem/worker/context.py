@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tandem.engine.image_encoder import ImageEncoder
+from tandem.engine.prefix_cache import PrefixCache
 from tandem.engine.protocol import Engine
 from tandem.models.info import ModelInfo
 from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient
+from tandem.worker.kv_events.publisher import KvEventPublisher
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,10 @@ class WorkerContext:
     # --role encode: the vision tower on its own thread (E/P/D), built by the process from
     # the embedded engine's model; None on every other role.
     image_encoder: ImageEncoder | None = None
+    # The engine's prefix cache (FlushCache clears it) and the process's one KV-event
+    # publisher over it (``worker/kv_events``); None with --no-kv-events.
+    prefix_cache: PrefixCache | None = None
+    kv_events: KvEventPublisher | None = None
 
 
 class ServedProtocol(Protocol):

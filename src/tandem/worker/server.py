@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import torch
@@ -24,6 +26,7 @@ from tandem.worker.adapters import adapter_for
 from tandem.worker.config import WorkerConfig
 from tandem.worker.context import WorkerContext
 from tandem.worker.kv_channel import KvChannelClient, KvChannelServer
+from tandem.worker.kv_events.publisher import KvEventPublisher, LoadFigures
 from tandem.worker.marker import server_interceptors
 
 log = logging.getLogger("tandem.worker")
@@ -47,13 +50,22 @@ class WorkerServer:
         self.info = load_model_info(model_dir, config.model)
         encoder: ImageEncoder | None = None
         if null:
-            self.engine: Engine = _null_engine(config, self.info)
+            null_engine = _null_engine(config, self.info)
+            self.engine: Engine = null_engine
+            cache = null_engine.prefix_cache
         else:
             embedded = _embedded_engine(config, model_dir)
             self.engine = embedded
+            cache = embedded.prefix_cache
             if config.role == "encode":  # E/P/D: the same model's vision tower, on its thread
                 encoder = ImageEncoder(embedded.runner)
         self.encoder = encoder
+        self.kv_events: KvEventPublisher | None = None
+        if config.kv_events:
+            self.kv_events = KvEventPublisher(
+                _load_of(self.engine, cache), config.kv_events_heartbeat_s
+            )
+            cache.set_listener(self.kv_events)
         shape = self.engine.shape
         adapter = adapter_for(config.protocol)
         self.kv_client = KvChannelClient(shape)
@@ -79,13 +91,25 @@ class WorkerServer:
             (config.dial_host, self.port),
             self.bootstrap_port,
             encoder,
+            cache,
+            self.kv_events,
         )
         self.servicer = adapter.serve(context, self.server)
-        channel = KvChannelServer(self.engine.kv_store, shape, self.servicer.stats)
+        channel = KvChannelServer(self.engine.kv_store, shape, self._stats)
         self.server.add_generic_rpc_handlers((channel.handler(),))
         self._expiry: asyncio.Task | None = None
 
+    def _stats(self) -> dict[str, Any]:
+        events = self.kv_events
+        return {
+            **self.servicer.stats(),
+            "kv_events_subscribers": events.subscribers if events else 0,
+            "kv_events_sequence": events.sequence if events else 0,
+        }
+
     async def start(self) -> None:
+        if self.kv_events is not None:
+            self.kv_events.start(asyncio.get_running_loop())
         self.engine.start()
         await self.server.start()
         self._expiry = asyncio.create_task(self._expire_leases())
@@ -119,10 +143,28 @@ class WorkerServer:
         if self._expiry:
             self._expiry.cancel()
         await self.server.stop(grace_s)
+        if self.kv_events is not None:
+            await self.kv_events.stop()
         await self.kv_client.close()
         if self.encoder is not None:
             self.encoder.close()
         self.engine.stop()
+
+
+def _load_of(engine: Engine, cache: PrefixCache) -> Callable[[], LoadFigures]:
+    def load() -> LoadFigures:
+        # token_usage: prefix-cache bytes used over its byte budget (the KV a request holds
+        # while it runs is its own tensor, outside any pool, so it has no capacity to report).
+        budget = cache.byte_budget
+        return LoadFigures(
+            running=engine.num_running,
+            waiting=engine.num_waiting,
+            waiting_uncached_tokens=None,  # the engine's inbox is not inspectable
+            token_usage=min(1.0, cache.bytes_used / budget) if budget else 0.0,
+            max_running=0,  # the engine admits every request it is given
+        )
+
+    return load
 
 
 def _embedded_engine(config: WorkerConfig, model_dir: Path) -> EmbeddedEngine:

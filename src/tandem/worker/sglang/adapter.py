@@ -19,4 +19,5 @@ def serve(context: WorkerContext, server: grpc.aio.Server) -> CountingSglangServ
         context.config, context.model, context.engine, context.kv_client, context.bootstrap_port
     )
     spb_grpc.add_SglangSchedulerServicer_to_server(servicer, server)
+    servicer.serve_kv_events(context.kv_events, context.prefix_cache)
     return servicer

@@ -32,6 +32,7 @@ from tandem.wire.sglang import spb, spb_grpc
 from tandem.worker import handoff
 from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient
+from tandem.worker.kv_events.stream import KvEventRpcs
 from tandem.worker.output_plan import plan_outputs
 from tandem.worker.refusals import (
     RequestRefused,
@@ -63,7 +64,7 @@ class _Plan:
     stop_ids: frozenset[int]  # a "stop" ending on one of these names it (matched_token_id)
 
 
-class SglangServicer(RoomKvLegs, Unimplemented, spb_grpc.SglangSchedulerServicer):
+class SglangServicer(RoomKvLegs, KvEventRpcs, Unimplemented, spb_grpc.SglangSchedulerServicer):
     def __init__(
         self,
         config: WorkerConfig,

@@ -32,6 +32,7 @@ def serve(context: WorkerContext, server: grpc.aio.Server) -> ServedProtocol:
         context.config, context.model, context.engine, context.kv_client, context.bootstrap_port
     )
     tpb_grpc.add_TokenSpeedSchedulerServicer_to_server(servicer, server)
+    servicer.serve_kv_events(context.kv_events, context.prefix_cache)
     return servicer
 
 

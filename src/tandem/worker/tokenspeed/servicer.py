@@ -32,6 +32,7 @@ from tandem.worker import handoff
 from tandem.worker.config import WorkerConfig
 from tandem.worker.embedding_channel import EmbeddingClient
 from tandem.worker.kv_channel import KvChannelClient
+from tandem.worker.kv_events.stream import KvEventRpcs
 from tandem.worker.output_plan import plan_outputs
 from tandem.worker.refusals import (
     RequestRefused,
@@ -62,7 +63,9 @@ class _Plan:
     stop_ids: frozenset[int]  # a "stop" ending on one of these names it (matched_token_id)
 
 
-class TokenSpeedServicer(RoomKvLegs, Unimplemented, tpb_grpc.TokenSpeedSchedulerServicer):
+class TokenSpeedServicer(
+    RoomKvLegs, KvEventRpcs, Unimplemented, tpb_grpc.TokenSpeedSchedulerServicer
+):
     def __init__(
         self,
         config: WorkerConfig,

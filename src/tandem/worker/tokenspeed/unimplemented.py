@@ -1,8 +1,8 @@
 """The ``TokenSpeedScheduler`` RPCs this worker does not serve: UNIMPLEMENTED, with a reason.
 
 The generated base class answers UNIMPLEMENTED too, but by raising NotImplementedError,
-which grpc logs at ERROR with a traceback each time; smg, for one, subscribes to every
-worker's KV events at registration.
+which grpc logs at ERROR with a traceback each time. (``SubscribeKvEvents`` and
+``FlushCache`` are served: ``worker/kv_events/stream.py``.)
 """
 
 from __future__ import annotations
@@ -17,12 +17,6 @@ async def _refuse(context: grpc.aio.ServicerContext, what: str) -> None:
 
 
 class Unimplemented:
-    async def SubscribeKvEvents(self, request: Any, context: grpc.aio.ServicerContext) -> None:
-        await _refuse(context, "publish no KV cache events")
-
-    async def FlushCache(self, request: Any, context: grpc.aio.ServicerContext) -> None:
-        await _refuse(context, "do not flush their prefix cache on request")
-
     async def StartProfile(self, request: Any, context: grpc.aio.ServicerContext) -> None:
         await _refuse(context, "have no profiler")
 

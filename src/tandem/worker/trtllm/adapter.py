@@ -32,4 +32,5 @@ def serve(context: WorkerContext, server: grpc.aio.Server) -> CountingTrtllmServ
         )
     servicer = CountingTrtllmServicer(config, context.model, context.engine, images)
     trpb_grpc.add_TrtllmServiceServicer_to_server(servicer, server)
+    servicer.serve_kv_events(context.kv_events, context.prefix_cache)
     return servicer

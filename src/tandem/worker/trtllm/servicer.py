@@ -33,6 +33,7 @@ from tandem.engine.types import MediaInputs
 from tandem.models.info import ModelInfo
 from tandem.wire.trtllm import trpb, trpb_grpc
 from tandem.worker.config import WorkerConfig
+from tandem.worker.kv_events.stream import KvEventRpcs
 from tandem.worker.output_plan import plan_outputs
 from tandem.worker.refusals import RequestRefused, generation_refusal, planning_refusal
 from tandem.worker.tokenizer_files import tokenizer_archive, tokenizer_chunks
@@ -64,7 +65,7 @@ class _Plan:
     answers: answers.AnswerPlan
 
 
-class TrtllmServicer(trpb_grpc.TrtllmServiceServicer):
+class TrtllmServicer(KvEventRpcs, trpb_grpc.TrtllmServiceServicer):
     def __init__(
         self, config: WorkerConfig, model: ModelInfo, engine: Engine, images: ImageBytes | None
     ) -> None:
@@ -199,13 +200,6 @@ class TrtllmServicer(trpb_grpc.TrtllmServiceServicer):
         await context.abort(
             grpc.StatusCode.UNIMPLEMENTED,
             "Tandem workers serve generative models only: Embed is not implemented",
-        )
-
-    async def SubscribeKvEvents(self, request: Any, context: grpc.aio.ServicerContext) -> None:
-        # The generated base answers UNIMPLEMENTED too, but by raising NotImplementedError,
-        # which grpc logs at ERROR with a traceback each time a gateway subscribes.
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, "Tandem workers publish no KV cache events"
         )
 
     def stats(self) -> dict[str, Any]:

@@ -38,4 +38,5 @@ def serve(context: WorkerContext, server: grpc.aio.Server) -> CountingServicer:
         config, context.model, context.engine, refs, context.kv_client, context.advertised
     )
     pb_grpc.add_VllmEngineServicer_to_server(servicer, server)
+    servicer.serve_kv_events(context.kv_events, context.prefix_cache)
     return servicer

@@ -33,6 +33,7 @@ from tandem.wire.requests import has_media_refs, has_mm_inputs, sampling_n
 from tandem.worker import handoff
 from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient
+from tandem.worker.kv_events.stream import KvEventRpcs
 from tandem.worker.output_plan import plan_outputs
 from tandem.worker.refusals import (
     KvImportError,
@@ -63,7 +64,7 @@ class _Plan:
     export_json: str | None
 
 
-class WorkerServicer(pb_grpc.VllmEngineServicer):
+class WorkerServicer(KvEventRpcs, pb_grpc.VllmEngineServicer):
     def __init__(
         self,
         config: WorkerConfig,
@@ -268,14 +269,6 @@ class WorkerServicer(pb_grpc.VllmEngineServicer):
     async def GetTokenizer(self, request, context):
         for chunk in tokenizer_chunks(self._archive):
             yield chunk
-
-    async def SubscribeKvEvents(self, request: Any, context: grpc.aio.ServicerContext) -> None:
-        # Tandem publishes no KV cache events. smg subscribes to every worker at
-        # registration; the generated base method answers UNIMPLEMENTED too, but by raising
-        # NotImplementedError, which grpc logs at ERROR with a traceback on each worker.
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED, "Tandem workers publish no KV cache events"
-        )
 
     def stats(self) -> dict[str, Any]:
         """Counters for the side channel's Stats call and tests."""

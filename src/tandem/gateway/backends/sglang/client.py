@@ -20,6 +20,7 @@ LOAD_SECTIONS = ("core", "disagg", "queues", "memory")
 class SglangClient(SchedulerClient):
     messages = spb
     generate_method = GENERATE_METHOD
+    kv_events_method = "/sglang.grpc.scheduler.SglangScheduler/SubscribeKvEvents"
 
     def __init__(self, url: str, *, abort_timeout_s: float = 5.0) -> None:
         super().__init__(url, spb_grpc.SglangSchedulerStub, abort_timeout_s)

@@ -20,6 +20,7 @@ ENCODE_METHOD = f"/{ENCODER_SERVICE_NAME}/Encode"
 class TokenSpeedClient(SchedulerClient):
     messages = tpb
     generate_method = GENERATE_METHOD
+    kv_events_method = "/tokenspeed.grpc.scheduler.TokenSpeedScheduler/SubscribeKvEvents"
 
     def __init__(self, url: str, *, abort_timeout_s: float = 5.0) -> None:
         super().__init__(url, tpb_grpc.TokenSpeedSchedulerStub, abort_timeout_s)

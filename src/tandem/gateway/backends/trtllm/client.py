@@ -34,6 +34,8 @@ class TrtllmClient(GrpcWorkerClient):
     """One gRPC channel to one TensorRT-LLM-protocol worker ("host:port"); a
     :class:`~tandem.gateway.workers.protocol.WorkerClient`."""
 
+    kv_events_method = "/trtllm.TrtllmService/SubscribeKvEvents"
+
     def __init__(
         self,
         url: str,

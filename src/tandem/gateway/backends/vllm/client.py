@@ -25,6 +25,8 @@ class VllmClient(GrpcWorkerClient):
     """One gRPC channel to one vLLM-protocol worker ("host:port"); a
     :class:`~tandem.gateway.workers.protocol.WorkerClient`."""
 
+    kv_events_method = "/vllm.grpc.engine.VllmEngine/SubscribeKvEvents"
+
     def __init__(
         self,
         url: str,

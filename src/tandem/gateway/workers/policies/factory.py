@@ -6,6 +6,7 @@ from typing import Any
 
 from tandem.gateway.workers.policies.base import Policy
 from tandem.gateway.workers.policies.cache_aware import CacheAwarePolicy
+from tandem.gateway.workers.policies.kv_events import KvEventsPolicy
 from tandem.gateway.workers.policies.least_load import LeastLoadPolicy
 from tandem.gateway.workers.policies.power_of_two import PowerOfTwoPolicy
 from tandem.gateway.workers.policies.random_policy import RandomPolicy
@@ -17,6 +18,7 @@ POLICIES: dict[str, type[Policy]] = {
     "power_of_two": PowerOfTwoPolicy,
     "least_load": LeastLoadPolicy,
     "cache_aware": CacheAwarePolicy,
+    "kv_events": KvEventsPolicy,
 }
 
 

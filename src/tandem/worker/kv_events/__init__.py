@@ -1,0 +1,1 @@
+"""The worker's KV-event publisher and its ``SubscribeKvEvents`` stream (issue 36)."""
