@@ -369,10 +369,12 @@ async def test_info_calls_describe_the_worker(workers) -> None:
         assert loads.dp_rank_count == 1 and loads.loads[0].dp_rank == 0
         chunks = [c async for c in stub.GetTokenizer(common_pb2.GetTokenizerRequest())]
         assert chunks[-1].sha256 and sum(len(c.data) for c in chunks) > 0
-        with pytest.raises(grpc.aio.AioRpcError) as info:
-            async for _ in stub.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest()):
-                pass
-        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        # A subscriber from sequence 0 gets the snapshot first (docs/worker-protocols.md,
+        # "KV events"); the stream then stays open, so the test cancels it.
+        events = stub.SubscribeKvEvents(common_pb2.SubscribeKvEventsRequest(), timeout=10)
+        first = await events.read()
+        assert first.HasField("snapshot") and first.snapshot.index == 0
+        events.cancel()
     # The bootstrap port serves the KV side channel (and the same services).
     assert "held_transfers" in await stats(f"127.0.0.1:{BOOTSTRAP_PORT}")
     both = await call(workers["qwen-sgl"].address, "GetServerInfo", spb.GetServerInfoRequest())

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tandem.engine.image_encoder import ImageEncoder
-from tandem.engine.prefix_cache import PrefixCache
 from tandem.engine.protocol import Engine
 from tandem.models.info import ModelInfo
 from tandem.worker.config import WorkerConfig
 from tandem.worker.kv_channel import KvChannelClient
 from tandem.worker.kv_events.publisher import KvEventPublisher
+from tandem.worker.kv_events.stream import ClearableCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class WorkerContext:
     image_encoder: ImageEncoder | None = None
     # The engine's prefix cache (FlushCache clears it) and the process's one KV-event
     # publisher over it (``worker/kv_events``); None with --no-kv-events.
-    prefix_cache: PrefixCache | None = None
+    prefix_cache: ClearableCache | None = None
     kv_events: KvEventPublisher | None = None
 
 

@@ -11,15 +11,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from smg_grpc_proto.generated import common_pb2 as common
 
-from tandem.engine.prefix_cache import PrefixCache
 from tandem.engine.protocol import Engine
 from tandem.worker.kv_events.convert import to_pb
 from tandem.worker.kv_events.publisher import KvEventPublisher, SubscriberTooSlow
+
+
+class ClearableCache(Protocol):
+    """What FlushCache needs of the engine's prefix cache (``engine/prefix_cache.py``).
+
+    A protocol, so that the servicers and the worker context never import the concrete
+    cache (the process, ``worker/server.py``, builds it).
+    """
+
+    def clear(self) -> None: ...
+
 
 NO_EVENTS = "Tandem workers publish no KV cache events when started with --no-kv-events"
 
@@ -57,7 +67,7 @@ async def subscribe(
 
 
 async def flush(
-    cache: PrefixCache | None, engine: Engine, request: Any
+    cache: ClearableCache | None, engine: Engine, request: Any
 ) -> common.FlushCacheResponse:
     """Clear the prefix cache once the engine is idle, waiting up to ``timeout_s`` for it."""
     if cache is None:
@@ -79,10 +89,10 @@ class KvEventRpcs:
 
     engine: Engine
     kv_events: KvEventPublisher | None = None  # None: --no-kv-events (UNIMPLEMENTED)
-    prefix_cache: PrefixCache | None = None
+    prefix_cache: ClearableCache | None = None
 
     def serve_kv_events(
-        self, publisher: KvEventPublisher | None, cache: PrefixCache | None
+        self, publisher: KvEventPublisher | None, cache: ClearableCache | None
     ) -> None:
         self.kv_events = publisher
         self.prefix_cache = cache

@@ -228,8 +228,11 @@ async def test_loads_abort_and_the_calls_not_served(start) -> None:
     while (frame := await call.read()) is not grpc.aio.EOF:
         frames.append(frame)
     assert frames[-1].complete.finish_reason == "abort"
+    # FlushCache is served (docs/worker-protocols.md, "KV events"); this servicer was built
+    # without a prefix cache or publisher, as --no-kv-events builds it.
+    flushed = await worker.stub.FlushCache(common_pb2.FlushCacheRequest())
+    assert not flushed.success and "no prefix cache" in flushed.message
     for method, message in (
-        ("FlushCache", common_pb2.FlushCacheRequest()),
         ("StartProfile", common_pb2.StartProfileRequest()),
         ("StopProfile", common_pb2.StopProfileRequest()),
     ):
