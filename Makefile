@@ -35,7 +35,7 @@ FAULT_TESTS := tests/integration/test_fault_matrix.py tests/integration/test_fau
 	tests/integration/test_fault_proxy.py tests/integration/test_gateway_faults.py \
 	tests/integration/test_pd_faults.py tests/integration/test_stream_faults.py \
 	tests/integration/test_history_outage.py tests/unit/gateway/workers/test_garbled_frames.py \
-	tests/unit/gateway/workers/test_wrong_request_id.py
+	tests/unit/gateway/workers/test_wrong_request_id.py tests/integration/test_chaos_smoke.py
 test-faults: $(STAMP)
 	.ci/ensure-postgres
 	$(PY) -m pytest -q -p no:cacheprovider $(FAULT_TESTS)
