@@ -13,8 +13,9 @@ machine, each for a reason:
 * ``--structured-outputs-config`` backend ``xgrammar``: Tandem's engine constrains decoding
   with xgrammar, and vLLM's default ("auto") falls back to guidance or outlines for what
   xgrammar refuses; pinned, a request xgrammar cannot compile fails on both engines alike.
-* ``--kv-events-config`` off: the KV-event publisher would bind a ZMQ socket on every
-  interface; nothing here subscribes.
+* ``--kv-events-config`` off unless a test subscribes (``kv_events=True``): left to the
+  servicer, the publisher would bind a ZMQ socket on every interface; on, it binds IPC
+  sockets in a folder of its own, and the servicer relays them over ``SubscribeKvEvents``.
 * NIXL's side channel on 127.0.0.1 with a distinct port per engine.
 * ``VLLM_CPU_OMP_THREADS_BIND=nobind`` and one OpenMP thread per engine: by default every
   engine pins its model worker's OpenMP threads to the same CPU (vLLM reserves the other one
@@ -29,6 +30,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -88,6 +90,8 @@ def start_vllm(
     pd: bool = False,
     language_model_only: bool = False,
     media_refs: bool = False,
+    kv_events: bool = False,
+    block_size: int | None = None,
 ) -> VllmWorker:
     """Start (not wait for) one vLLM gRPC worker; ``wait_ready`` on the result."""
     vllm = ensure_vllm_venv()
@@ -95,7 +99,9 @@ def start_vllm(
     argv = [str(vllm), "serve", str(model_dir), "--grpc", "--host", HOST, "--port", str(port)]
     argv += ["--dtype", "float32", "--enforce-eager", "--served-model-name", served_name]
     argv += ["--kv-cache-memory-bytes", str(256 << 20), "--max-model-len", "4096"]
-    argv += ["--kv-events-config", json.dumps({"enable_kv_cache_events": False})]
+    argv += ["--kv-events-config", json.dumps(_kv_events_config(kv_events))]
+    if block_size is not None:
+        argv += ["--block-size", str(block_size)]
     argv += ["--structured-outputs-config", json.dumps({"backend": "xgrammar"})]
     env = {
         "SMG_VLLM_SERVICER_WARMUP": "off",
@@ -129,6 +135,20 @@ def start_vllm(
     worker = VllmWorker(name, proc, port)
     threading.Thread(target=_pump_until_ready, args=(worker,), daemon=True).start()
     return worker
+
+
+def _kv_events_config(on: bool) -> dict[str, object]:
+    if not on:
+        return {"enable_kv_cache_events": False}
+    # vLLM binds only wildcard and ipc endpoints (a tcp one with a host it connects to, and
+    # the servicer's relay connects too: nobody would listen), so: ipc, in a fresh folder.
+    folder = tempfile.mkdtemp(prefix="tandem-vllm-kv-")
+    return {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"ipc://{folder}/events",
+        "replay_endpoint": f"ipc://{folder}/replay",
+    }
 
 
 def _pump_until_ready(worker: VllmWorker) -> None:
