@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: serve test test-unit test-faults test-vllm lint install clean
+.PHONY: serve test test-unit test-faults test-gateway-processes test-vllm lint install clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,13 @@ FAULT_TESTS := tests/integration/test_fault_matrix.py tests/integration/test_fau
 test-faults: $(STAMP)
 	.ci/ensure-postgres
 	$(PY) -m pytest -q -p no:cacheprovider $(FAULT_TESTS)
+
+# The integration suite with every test gateway run as `--processes 2` (issue 36): two
+# gateway processes on one port (tests/integration/processes.py reads the variable); the
+# gateways whose tests need one process say `--processes 1`, marked `# single_process:`.
+test-gateway-processes: $(STAMP)
+	.ci/ensure-postgres
+	TANDEM_TEST_GATEWAY_PROCESSES=2 $(PY) -m pytest -q -p no:cacheprovider tests/integration
 
 # Compatibility lane: Tandem's gateway in front of real vLLM CPU workers, and smg (the
 # reference gateway) in front of Tandem's workers. vLLM and smg live in their own virtualenvs

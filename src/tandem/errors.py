@@ -73,6 +73,9 @@ ERROR_CATALOGUE: dict[str, ErrorSpec] = {
     "admin_api_disabled": ErrorSpec(
         403, False, "admin API without --control-plane-api-keys: loopback gateway and client only"
     ),
+    "admin_api_multiprocess": ErrorSpec(
+        409, False, "admin API: adding or removing workers under --processes > 1 (one process only)"
+    ),
     "worker_unreachable": ErrorSpec(
         502, False, "admin API: the worker did not answer registration (details in the log)"
     ),

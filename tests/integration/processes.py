@@ -13,6 +13,11 @@ from collections import deque
 from dataclasses import dataclass, field
 
 READY = re.compile(r"TANDEM_(WORKER|GATEWAY)_READY (\S+)")
+# TANDEM_TEST_GATEWAY_PROCESSES=N runs every `tandem gateway` of the tests as N processes
+# (README, "Tests"), except those given SINGLE_PROCESS: a gateway whose test needs exactly
+# one process says so with this and a `# single_process:` comment giving the reason.
+GATEWAY_PROCESSES = os.environ.get("TANDEM_TEST_GATEWAY_PROCESSES", "")
+SINGLE_PROCESS = ["--processes", "1"]
 LIVE: list[Proc] = []  # every process started, so a failing test can show their logs
 
 
@@ -56,6 +61,8 @@ def _pump(proc: Proc, ready: threading.Event) -> None:
 
 def start(args: list[str], env: dict[str, str] | None = None) -> tuple[Proc, threading.Event]:
     """Spawn ``python -m tandem.cli ARGS`` with stdout+stderr merged."""
+    if args[:1] == ["gateway"] and GATEWAY_PROCESSES and "--processes" not in args:
+        args = [*args, "--processes", GATEWAY_PROCESSES]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     popen = subprocess.Popen(
         [sys.executable, "-m", "tandem.cli", *args],

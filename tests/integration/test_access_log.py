@@ -68,6 +68,11 @@ def test_an_answer_carries_the_id_that_the_gateway_and_both_workers_logged(stack
     prefill, decode = stack["prefill"].address, stack["decode"].address
     assert line.endswith(f"workers=prefill={prefill},decode={decode}")
     for role in ("prefill", "decode"):
+        # The worker's log is read by a thread too: on a busy machine its line can trail.
+        deadline = time.monotonic() + 10
+        while not stack[role].count(f"Generate request {request_id}"):
+            assert time.monotonic() < deadline, role
+            time.sleep(0.05)
         assert stack[role].count(f"Generate request {request_id}") == 1, role
 
 

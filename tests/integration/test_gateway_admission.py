@@ -21,7 +21,7 @@ from tandem.models.processor import load_processor
 
 from .gateway_probe import chat, eventually, metric, paused, sse_payloads, stays
 from .image_server import png_bytes
-from .processes import Proc, start_all
+from .processes import SINGLE_PROCESS, Proc, start_all
 
 MODEL = "tiny-qwen3-vl"
 # Health checks would mark a stopped worker unhealthy; these tests stop it on purpose.
@@ -48,9 +48,9 @@ def worker(model_cache: Path):
 
 @pytest.fixture(scope="module")
 def queue_gateway(worker: Proc):
-    (proc,) = start_all(
-        [gateway_args(worker, "--max-concurrent-requests", "1", "--max-queued-requests", "1")]
-    )
+    # single_process: one slot and one queue place in all cannot be split over processes
+    limits = ["--max-concurrent-requests", "1", "--max-queued-requests", "1"]
+    (proc,) = start_all([gateway_args(worker, *SINGLE_PROCESS, *limits)])
     yield proc
     proc.stop()
 
@@ -148,7 +148,10 @@ async def test_the_pixel_budget_answers_429_then_413(worker: Proc, qwen_dir: Pat
     cost = decode_cost([png], MediaPolicy(), load_processor(qwen_dir), raw=True)
     assert 0 < cost.outputs < cost.total
     budget = cost.outputs + cost.total - 1
-    (gateway,) = start_all([gateway_args(worker, "--multimodal-max-inflight-bytes", str(budget))])
+    # single_process: the budget is sized for one request in one process; split over
+    # processes each share is below that request (multiprocess/shared_limits.py)
+    budget_flag = ["--multimodal-max-inflight-bytes", str(budget)]
+    (gateway,) = start_all([gateway_args(worker, *SINGLE_PROCESS, *budget_flag)])
     url = f"{gateway.address}/v1/chat/completions"
     try:
         async with httpx.AsyncClient(timeout=60) as http:

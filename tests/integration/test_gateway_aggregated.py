@@ -13,7 +13,7 @@ import pytest
 from tandem.engine.builtin import resolve_model
 
 from .image_server import ImageServer, png_bytes
-from .processes import Proc, start_all
+from .processes import SINGLE_PROCESS, Proc, start_all
 
 MODEL = "tiny-qwen3-vl"
 
@@ -46,6 +46,9 @@ def stack(model_cache: Path):
             # and the model files come from a local directory instead of a worker
             [
                 *common,
+                # single_process: test_worker_admin_api adds and removes workers (the admin
+                # API refuses that under --processes N > 1)
+                *SINGLE_PROCESS,
                 "--mm-processing",
                 "router",
                 "--mm-per-request-image-limit",

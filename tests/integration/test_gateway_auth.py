@@ -27,7 +27,7 @@ import pytest
 
 from tandem.engine.builtin import resolve_model
 
-from .processes import Proc, start_all
+from .processes import SINGLE_PROCESS, Proc, start_all
 
 MODEL = "tiny-qwen3-vl"
 API_KEY = "sk-plain-test-key"
@@ -56,16 +56,19 @@ def stack(model_cache: Path, broken_model: Path):
             ["worker", "--model", str(broken_model), "--served-model-name", MODEL],
         ]
     )
+    # single_process: these tests add and remove workers through the admin API and count
+    # the gateway's own start-up warnings (one per process under --processes N)
     keyed, exposed, empty = start_all(
         [
             [
-                "gateway", "--port", "0", "--worker-urls", good.address,
+                "gateway", "--port", "0", "--worker-urls", good.address, *SINGLE_PROCESS,
                 "--api-key", API_KEY, "--tenant-api-key", f"acme:{TENANT_KEY}",
                 "--control-plane-api-keys", f"ops:Operators:admin:{ADMIN_KEY}",
                 f"dash:Dashboards:user:{USER_KEY}",
             ],
-            ["gateway", "--host", "0.0.0.0", "--port", "0", "--worker-urls", broken.address],
-            ["gateway", "--port", "0"],
+            ["gateway", "--host", "0.0.0.0", "--port", "0", "--worker-urls", broken.address,
+             *SINGLE_PROCESS],
+            ["gateway", "--port", "0", *SINGLE_PROCESS],
         ]
     )  # fmt: skip
     yield {"good": good, "broken": broken, "keyed": keyed, "exposed": exposed, "empty": empty}

@@ -23,7 +23,8 @@ from tandem.wire.proto import TensorData, common, pb
 from tandem.wire.shm import shm_namespace_id
 
 from .image_server import image_messages
-from .processes import Proc, start_all
+from .multiprocess_probe import child_pids
+from .processes import SINGLE_PROCESS, Proc, start_all
 from .wire_helpers import call, generate, healthy, request, stats
 
 SHM = Path("/dev/shm")
@@ -36,9 +37,10 @@ NULL = ["worker", "--engine", "null", "--mm-processor", "off"]
 
 
 def segments_of(proc: Proc) -> set[str]:
-    """The /dev/shm segments written by ``proc`` (other people's tests write their own)."""
-    prefix = f"tandem-{proc.popen.pid}-"
-    return {name for name in os.listdir(SHM) if name.startswith(prefix)}
+    """The /dev/shm segments written by ``proc`` (other people's tests write their own),
+    or by its children: under ``--processes N`` the gateway processes are its children."""
+    prefixes = tuple(f"tandem-{pid}-" for pid in [proc.popen.pid, *child_pids(proc.popen.pid)])
+    return {name for name in os.listdir(SHM) if name.startswith(prefixes)}
 
 
 def client(gateway: Proc, timeout: float = 60.0) -> openai.OpenAI:
@@ -153,7 +155,10 @@ def test_worker_killed_before_reading_leaves_no_segment(model_cache: Path) -> No
 
 def test_gateway_killed_mid_request_is_swept_by_the_next_gateway(model_cache: Path) -> None:
     (worker,) = start_all([NULL])
-    (gateway,) = start_all([[*ROUTER, *SHM_ARGS, "--worker-urls", worker.address]])
+    # single_process: the gateway killed outright must be the process that wrote the
+    # segment (a supervisor's children would be told to stop, and clean up themselves)
+    gateway_args = [*ROUTER, *SHM_ARGS, "--worker-urls", worker.address, *SINGLE_PROCESS]
+    (gateway,) = start_all([gateway_args])
     try:
         worker.popen.send_signal(signal.SIGSTOP)
         outcome: dict[str, BaseException | None] = {}

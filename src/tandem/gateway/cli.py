@@ -219,6 +219,13 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         default=_DEFAULTS.reasoning_parser,
         help="split the model's thought into reasoning_content (default: none)",
     )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=_DEFAULTS.processes,
+        help="gateway processes serving the one port (SO_REUSEPORT), each with its own event "
+        "loop; limits, the image pool and /metrics are shared out (docs/operations.md)",
+    )
     p.add_argument("--log-level", default=DEFAULT_LOG_LEVEL)
     p.add_argument(
         "--no-access-log",
@@ -276,6 +283,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         access_log=args.access_log,
         tool_call_parser=args.tool_call_parser,
         reasoning_parser=args.reasoning_parser,
+        processes=args.processes,
         **access_config_from_args(args),
         **history_config_from_args(args),
     )
@@ -292,6 +300,10 @@ def run_gateway(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     except ValueError as exc:  # a bad flag: say which, no stack trace
         raise SystemExit(f"tandem gateway: error: {exc}") from None
+    if config.processes > 1:  # N children on one port (gateway/multiprocess)
+        from tandem.gateway.multiprocess.supervisor import run_supervisor
+
+        return run_supervisor(config, args.log_level, args.event_loop)
     # Threads hand the GIL over every millisecond instead of every five: while a pool thread
     # runs Python (rendering a long prompt, counting a large body), each of the event loop's
     # turns waited up to 5 ms for the GIL, and a stream's token took several turns

@@ -134,6 +134,8 @@ class GatewayConfig:
     history_sqlite_path: Path | None = None
     postgres_db_url: str | None = field(default=None, repr=False)
     history: HistoryLimits = field(default_factory=HistoryLimits)
+    # Gateway processes serving one port (gateway/multiprocess); 1: this process alone.
+    processes: int = 1
 
     def __post_init__(self) -> None:
         if self.mm_processing not in MM_PROCESSING_MODES:
@@ -184,6 +186,14 @@ class GatewayConfig:
         if self.drain_timeout_s < 0:
             raise ValueError("--drain-timeout-secs must be >= 0")
         _check_parsers(self.tool_call_parser, self.reasoning_parser)
+        if self.processes < 1:
+            raise ValueError("--processes must be >= 1")
+        if self.processes > 1 and self.history_backend == "memory":
+            raise ValueError(
+                "--processes > 1: --history-backend memory keeps stored responses inside one "
+                "gateway process, so the others would not find them; use --history-backend "
+                "sqlite or postgres"
+            )
         check_history_settings(
             self.history_backend, self.history_sqlite_path, self.postgres_db_url, self.history
         )

@@ -23,7 +23,10 @@ log = logging.getLogger("tandem.gateway")
 DRAIN_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A TCP socket bound to ``host:port``; ``reuse_port``: with SO_REUSEPORT, so that the
+    processes of ``--processes N`` each bind their own socket on one port and the kernel
+    spreads new connections over them (gateway/multiprocess)."""
     host = bare_host(host)  # "[::1]" and "::1" are the same IPv6 host
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must say TCP: asyncio turns Nagle off (TCP_NODELAY) only on sockets whose proto
@@ -32,6 +35,8 @@ def bind(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
 
@@ -74,7 +79,7 @@ async def serve(config: GatewayConfig, log_level: str = "info") -> None:
     config = await resolved_backend(config)
     state = GatewayState(config)
     await state.start()
-    sock = bind(config.host, config.port)
+    sock = bind(config.host, config.port, reuse_port=config.processes > 1)
     port = sock.getsockname()[1]
     server = DrainingServer(
         uvicorn.Config(

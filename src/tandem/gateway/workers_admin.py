@@ -47,6 +47,8 @@ def admin_routes(state: GatewayState) -> list[Route]:
         return json_response({"workers": [describe(w) for w in state.registry.workers()]})
 
     async def add_worker(request: Request) -> Response:
+        if refused := _single_process_only(state):
+            return refused
         try:
             body = await _json_object(request)
             url, role = body.get("url"), body.get("role", "regular")
@@ -80,6 +82,8 @@ def admin_routes(state: GatewayState) -> list[Route]:
         return json_response(describe(worker), status=201)
 
     async def remove_worker(request: Request) -> Response:
+        if refused := _single_process_only(state):
+            return refused
         url = request.query_params.get("url", "")
         if not state.registry.remove(url):
             return error_response(make_error("worker_not_found", f"no worker {url!r}"))
@@ -90,6 +94,22 @@ def admin_routes(state: GatewayState) -> list[Route]:
         Route("/workers", add_worker, methods=["POST"]),
         Route("/workers", remove_worker, methods=["DELETE"]),
     ]
+
+
+def _single_process_only(state: GatewayState) -> Response | None:
+    """Under ``--processes N`` a change would reach the one process that took the connection
+    while the others kept their pools; refused rather than broadcast (a broadcast would need
+    every process to reach every other, and a half-applied change is worse than none).
+    Listing stays: every process starts from the same workers."""
+    if state.config.processes <= 1:
+        return None
+    return error_response(
+        make_error(
+            "admin_api_multiprocess",
+            f"the gateway runs --processes {state.config.processes}: a worker added or removed "
+            "here would reach one process only; change --worker-urls and restart instead",
+        )
+    )
 
 
 async def _json_object(request: Request) -> dict[str, Any]:

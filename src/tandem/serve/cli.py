@@ -85,6 +85,12 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         "--port", type=int, default=_GATEWAY.port, help="gateway port; 0 picks a free one"
     )
     p.add_argument(
+        "--processes",
+        type=int,
+        default=_GATEWAY.processes,
+        help="gateway processes on the one port: passed to the gateway",
+    )
+    p.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
         default=DEFAULT_LOG_LEVEL,
@@ -105,6 +111,13 @@ def _check_args(args: argparse.Namespace) -> None:
         check_history_settings(
             args.history_backend, args.history_sqlite_path, args.postgres_db_url, _GATEWAY.history
         )
+        if args.processes < 1:
+            raise ValueError("--processes must be >= 1")
+        if args.processes > 1 and args.history_backend == "memory":
+            raise ValueError(
+                "--processes > 1: --history-backend memory keeps stored responses inside one "
+                "gateway process; use --history-backend sqlite or postgres"
+            )
     except ValueError as exc:
         parser.error(str(exc))
 
@@ -220,6 +233,7 @@ def run_serve(args: argparse.Namespace) -> int:
             decode_language_model_only=args.decode_language_model_only,
             mm_processing=args.mm_processing,
             history_args=_history_args(args),
+            gateway_processes=args.processes,
             port=args.port,
             log_level=args.log_level,
             image=example_image(default_cache_root()),

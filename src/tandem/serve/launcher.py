@@ -43,6 +43,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     expected_reply: str | None = None  # what the model answers the banner's examples
     history_args: tuple[str, ...] = ()  # the gateway's --history-* flags, passed on as given
+    gateway_processes: int = 1  # the gateway's --processes
 
     def worker_specs(self) -> list[tuple[str, list[str]]]:
         base = ["worker", "--model", self.model, "--host", HOST, "--port", "0"]
@@ -58,6 +59,8 @@ class Plan:
         args = ["gateway", "--host", HOST, "--port", str(self.port)]
         args += ["--mm-processing", self.mm_processing, "--log-level", self.log_level]
         args += self.history_args
+        if self.gateway_processes > 1:
+            args += ["--processes", str(self.gateway_processes)]
         if self.aggregated:
             return [*args, "--worker-urls", *(w.address for w in workers)]
         prefill = [w.address for w in workers if w.role.startswith("prefill-")]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -11,6 +11,7 @@ from tandem import __version__
 from tandem.gateway import metrics
 from tandem.gateway.endpoints.service.openapi import openapi_document
 from tandem.gateway.http.json_bodies import json_response
+from tandem.gateway.multiprocess import metrics_dir
 from tandem.gateway.state import GatewayState
 
 
@@ -28,7 +29,9 @@ def service_routes(state: GatewayState) -> list[Route]:
         return json_response(openapi_document(model.model_id if model else None, __version__))
 
     async def prometheus(request: Request) -> Response:
-        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        # Under --processes N: every process's metrics, summed (multiprocess/metrics_dir.py).
+        body = metrics_dir.latest(metrics.REGISTRY, state.config.processes)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     return [
         Route("/health", health, methods=["GET"]),
