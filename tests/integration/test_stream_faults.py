@@ -129,9 +129,12 @@ async def test_a_failed_kv_pull_is_a_coded_503(slow_pair) -> None:
     prefill, decode, gateway = slow_pair
     url = f"{gateway.address}/v1/chat/completions"
     async with httpx.AsyncClient(timeout=30) as http:
+        # kv_stored counts every store since the worker started (earlier tests of this
+        # module stored too): wait for this request's own store, not for any.
+        before = await _kv_stored(prefill)
         with paused(decode):  # the prefill leg ends; its KV's lease runs out meanwhile
             answer = asyncio.ensure_future(http.post(url, json=chat(MODEL, max_tokens=4)))
-            await eventually(lambda: _stored(prefill))
+            await eventually(lambda: _stored_since(prefill, before))
             await eventually(lambda: _no_held_kv(prefill), timeout=LEASE_S + 2)
         response = await asyncio.wait_for(answer, 30)
     assert response.status_code == 503, response.text
@@ -173,8 +176,12 @@ async def _idle(worker: Proc) -> bool:
     return int((await stats(worker.address))["running"]) == 0
 
 
-async def _stored(worker: Proc) -> bool:
-    return int((await stats(worker.address))["kv_stored"]) > 0
+async def _kv_stored(worker: Proc) -> int:
+    return int((await stats(worker.address))["kv_stored"])
+
+
+async def _stored_since(worker: Proc, before: int) -> bool:
+    return await _kv_stored(worker) > before
 
 
 async def _no_held_kv(worker: Proc) -> bool:
