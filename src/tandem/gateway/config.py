@@ -186,14 +186,7 @@ class GatewayConfig:
         if self.drain_timeout_s < 0:
             raise ValueError("--drain-timeout-secs must be >= 0")
         _check_parsers(self.tool_call_parser, self.reasoning_parser)
-        if self.processes < 1:
-            raise ValueError("--processes must be >= 1")
-        if self.processes > 1 and self.history_backend == "memory":
-            raise ValueError(
-                "--processes > 1: --history-backend memory keeps stored responses inside one "
-                "gateway process, so the others would not find them; use --history-backend "
-                "sqlite or postgres"
-            )
+        check_processes(self.processes, self.history_backend)
         check_history_settings(
             self.history_backend, self.history_sqlite_path, self.postgres_db_url, self.history
         )
@@ -264,3 +257,15 @@ def _check_parsers(tool_call_parser: str | None, reasoning_parser: str | None) -
     if reasoning_parser is not None and reasoning_parser not in REASONING_PARSERS:
         names = ", ".join(sorted(REASONING_PARSERS))
         raise ValueError(f"--reasoning-parser must be one of {names}")
+
+
+def check_processes(processes: int, history_backend: str) -> None:
+    """``--processes`` against the history backend (``tandem serve`` checks it up front too)."""
+    if processes < 1:
+        raise ValueError("--processes must be >= 1")
+    if processes > 1 and history_backend == "memory":
+        raise ValueError(
+            "--processes > 1: --history-backend memory keeps stored responses inside one "
+            "gateway process, so the others would not find them; use --history-backend "
+            "sqlite or postgres"
+        )

@@ -9,7 +9,7 @@ import socket
 import sys
 from pathlib import Path
 
-from tandem.gateway.config import GatewayConfig
+from tandem.gateway.config import GatewayConfig, check_processes
 from tandem.gateway.history.settings import check_history_settings
 from tandem.gateway.types import HISTORY_BACKENDS, MM_PROCESSING_MODES
 from tandem.log import DEFAULT_LOG_LEVEL
@@ -111,13 +111,7 @@ def _check_args(args: argparse.Namespace) -> None:
         check_history_settings(
             args.history_backend, args.history_sqlite_path, args.postgres_db_url, _GATEWAY.history
         )
-        if args.processes < 1:
-            raise ValueError("--processes must be >= 1")
-        if args.processes > 1 and args.history_backend == "memory":
-            raise ValueError(
-                "--processes > 1: --history-backend memory keeps stored responses inside one "
-                "gateway process; use --history-backend sqlite or postgres"
-            )
+        check_processes(args.processes, args.history_backend)
     except ValueError as exc:
         parser.error(str(exc))
 
