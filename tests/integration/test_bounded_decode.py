@@ -33,7 +33,7 @@ from tandem.models.image_batch import decode_cost
 from tandem.models.processor import ImageProcessor, load_processor
 
 from .gateway_probe import eventually, metric, paused
-from .processes import Proc, start_all
+from .processes import SINGLE_PROCESS, Proc, start_all
 
 MODEL = "tiny-qwen3-vl"
 MiB = 1 << 20
@@ -137,6 +137,9 @@ def start_gateway(worker: Proc, budget: int) -> Proc:
                 # would not be decoded at all, and decoding is what is bounded here.
                 "--mm-pixel-cache-mb",
                 "0",
+                # single_process: the budget is sized for requests of one process (split over
+                # processes each share is below them) and the RSS read is of this pid
+                *SINGLE_PROCESS,
             ]
         ]
     )
