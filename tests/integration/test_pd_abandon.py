@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .processes import Proc, start_all
+from .processes import SINGLE_PROCESS, Proc, start_all
 from .wire_helpers import stats
 
 MODEL = "tiny-qwen3-vl"
@@ -35,6 +35,8 @@ def pd(model_cache: Path):
     prefill, decode = start_all(
         [["worker", "--model", MODEL, "--role", role] for role in ("prefill", "decode")]
     )
+    # single_process: test_decode_worker_removed_between_the_legs removes a worker through
+    # the admin API, which a gateway of several processes refuses (409).
     (gateway,) = start_all(
         [
             [
@@ -50,6 +52,7 @@ def pd(model_cache: Path):
                 "600",
                 "--max-retries",
                 "0",
+                *SINGLE_PROCESS,
             ]
         ]
     )
