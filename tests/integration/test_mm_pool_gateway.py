@@ -23,7 +23,7 @@ from PIL import Image
 from tandem.gateway.multimodal.pixel_segments import PREFIX, segment_dir
 
 from .gateway_probe import metric
-from .processes import Proc, start_all
+from .processes import SINGLE_PROCESS, Proc, start_all
 
 MODELS = ("tiny-qwen3-vl", "tiny-llava-1.5")
 
@@ -63,6 +63,10 @@ def gateways(model_cache: object) -> Iterator[dict[str, Proc]]:
                     "64",
                     "--health-check-interval-secs",
                     "600",
+                    # single_process: the hits are counted across requests, and each
+                    # process's pixel cache holds only the images its own connections sent
+                    # (docs/operations.md, "Several gateway processes").
+                    *SINGLE_PROCESS,
                 ]
                 for w in workers
             ]
