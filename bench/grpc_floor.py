@@ -3,7 +3,7 @@
 The floor under every Tandem leg, measured in isolation: this process (pinned to one CPU)
 calls ``Generate`` on a ``null`` worker (pinned to another) in a closed loop and divides
 its own CPU time (all threads: grpc's poller thread included) by the calls. Nothing of
-Tandem's gateway runs here, only grpcio and the generated stub.
+Tandem's gateway runs here, only grpcio and the generated stub, or Tandem's HTTP/2 client.
 
 Usage: .venv/bin/python -m bench.grpc_floor [--calls 400] [--client-cpu 0] [--worker-cpu 1]
 Prints a Markdown table (a figure for docs/benchmarks.md, not a test).
@@ -21,6 +21,8 @@ import grpc.experimental
 import uvloop
 
 from bench.procs import start_worker, wait_ready
+from tandem.gateway.backends.vllm.client import GENERATE
+from tandem.wire.h2grpc.channel import H2Channel
 from tandem.wire.proto import pb, pb_grpc
 
 LONG_TOKENS = 64  # a streamed answer of this many tokens, one message each (plus the last)
@@ -68,6 +70,34 @@ def measure_aio(address: str, calls: int) -> dict[str, tuple[float, float]]:
     return uvloop.run(main())
 
 
+def measure_h2(address: str, calls: int) -> dict[str, tuple[float, float]]:
+    """The same calls through Tandem's own HTTP/2 client (``tandem.wire.h2grpc``)."""
+
+    async def main() -> dict[str, tuple[float, float]]:
+        channel = H2Channel(address)
+        generate = channel.unary_stream(
+            GENERATE, pb.GenerateRequest.SerializeToString, pb.GenerateResponse.FromString
+        )
+        out: dict[str, tuple[float, float]] = {}
+        for label, tokens, stream in (("one", 1, False), ("long", LONG_TOKENS, True)):
+
+            async def one_call(i: int, tokens: int = tokens, stream: bool = stream) -> int:
+                call, count = generate(_request(i, tokens, stream), timeout=30), 0
+                while await call.read() is not grpc.aio.EOF:
+                    count += 1
+                return count
+
+            await one_call(-1)
+            c0, messages = _cpu_s(), 0
+            for i in range(calls):
+                messages += await one_call(i)
+            out[label] = (1000 * (_cpu_s() - c0) / calls, messages / calls)
+        await channel.close()
+        return out
+
+    return uvloop.run(main())
+
+
 def measure_sync(address: str, calls: int) -> dict[str, tuple[float, float]]:
     options = [(grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)]
     with grpc.insecure_channel(address, options=options) as channel:
@@ -93,6 +123,9 @@ def main() -> None:
         started = time.monotonic()
         rows = {
             "grpc.aio on uvloop": measure_aio(worker.address, args.calls),
+            "Tandem's HTTP/2 client on uvloop (tandem/wire/h2grpc)": measure_h2(
+                worker.address, args.calls
+            ),
             "sync, single-threaded unary-stream": measure_sync(worker.address, args.calls),
         }
     finally:

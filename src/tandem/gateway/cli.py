@@ -17,6 +17,7 @@ from tandem.gateway.types import (
     MM_PROCESSING_MODES,
     PD_DISPATCH_MODES,
     TENSOR_TRANSPORT_MODES,
+    WORKER_STREAM_CLIENTS,
     EventLoop,
 )
 from tandem.hostport import bare_host, canonical_address
@@ -178,6 +179,13 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         "segments (the worker on this host); auto: shm for workers that share our /dev/shm",
     )
     p.add_argument(
+        "--worker-stream-client",
+        choices=WORKER_STREAM_CLIENTS,
+        default=_DEFAULTS.worker_stream_client,
+        help="the client of vLLM-protocol Generate streams: h2, Tandem's HTTP/2 client on the "
+        "event loop (less CPU per call and per token); grpcio: grpc.aio",
+    )
+    p.add_argument(
         "--multimodal-shm-min-bytes",
         type=int,
         default=_DEFAULTS.mm_shm_min_bytes,
@@ -277,6 +285,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         mm_max_inflight_bytes=args.multimodal_max_inflight_bytes,
         mm_tensor_transport=args.multimodal_tensor_transport,
         mm_shm_min_bytes=args.multimodal_shm_min_bytes,
+        worker_stream_client=args.worker_stream_client,
         max_concurrent_requests=args.max_concurrent_requests,
         max_queued_requests=args.max_queued_requests,
         drain_timeout_s=args.drain_timeout_secs,

@@ -14,12 +14,14 @@ from tandem.gateway.types import (
     MM_PROCESSING_MODES,
     PD_DISPATCH_MODES,
     TENSOR_TRANSPORT_MODES,
+    WORKER_STREAM_CLIENTS,
     BackendChoice,
     EncodePolicy,
     HistoryBackend,
     MmProcessingMode,
     PdDispatch,
     TensorTransportMode,
+    WorkerStreamClient,
 )
 from tandem.media import MediaPolicy
 
@@ -115,6 +117,9 @@ class GatewayConfig:
     # container's small /dev/shm; auto is safe across hosts and the first thing to try.
     mm_tensor_transport: TensorTransportMode = "inline"
     mm_shm_min_bytes: int = 64 << 10
+    # The client of the workers' Generate streams: h2, Tandem's own HTTP/2 client on the
+    # event loop (tandem/wire/h2grpc: a sixth of grpc.aio's CPU per call), or grpcio.
+    worker_stream_client: WorkerStreamClient = "h2"
     max_concurrent_requests: int = 256
     max_queued_requests: int = 512
     drain_timeout_s: float = 30.0
@@ -179,6 +184,9 @@ class GatewayConfig:
         if self.mm_tensor_transport not in TENSOR_TRANSPORT_MODES:
             modes = ", ".join(TENSOR_TRANSPORT_MODES)
             raise ValueError(f"--multimodal-tensor-transport must be one of {modes}")
+        if self.worker_stream_client not in WORKER_STREAM_CLIENTS:
+            choices = ", ".join(WORKER_STREAM_CLIENTS)
+            raise ValueError(f"--worker-stream-client must be one of {choices}")
         if self.mm_shm_min_bytes < 1:
             raise ValueError("--multimodal-shm-min-bytes must be at least 1")
         if self.max_concurrent_requests < 0 or self.max_queued_requests < 0:

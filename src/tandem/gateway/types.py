@@ -16,6 +16,7 @@ MmPath = Literal["router", "worker"]
 # --multimodal-tensor-transport: how a leg's tensors reach a worker (gateway/backends/vllm/
 # tensor_transport.py): in the message, or as same-host shared memory.
 TensorTransportMode = Literal["inline", "shm", "auto"]
+WorkerStreamClient = Literal["h2", "grpcio"]
 # --pd-dispatch: prefill then decode, or both legs at once.
 PdDispatch = Literal["sequential", "parallel"]
 # --backend: the worker protocol the gateway speaks (docs/worker-protocols.md); "auto" asks
@@ -37,6 +38,7 @@ HistoryBackend = Literal["none", "memory", "sqlite", "postgres"]
 MM_PROCESSING_MODES: tuple[MmProcessingMode, ...] = get_args(MmProcessingMode)
 PD_DISPATCH_MODES: tuple[PdDispatch, ...] = get_args(PdDispatch)
 TENSOR_TRANSPORT_MODES: tuple[TensorTransportMode, ...] = get_args(TensorTransportMode)
+WORKER_STREAM_CLIENTS: tuple[WorkerStreamClient, ...] = get_args(WorkerStreamClient)
 EVENT_LOOPS: tuple[EventLoop, ...] = get_args(EventLoop)
 WORKER_PROTOCOLS: tuple[WorkerProtocol, ...] = get_args(WorkerProtocol)
 BACKEND_CHOICES: tuple[BackendChoice, ...] = get_args(BackendChoice)

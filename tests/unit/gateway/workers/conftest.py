@@ -1,4 +1,5 @@
-"""Fixtures for the gateway worker tests: a fake engine worker on loopback and a client."""
+"""Fixtures for the gateway worker tests: a fake engine worker on loopback and a client
+(one of each Generate stream client)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ async def fake_worker() -> AsyncIterator[FakeEngineWorker]:
         await worker.stop()
 
 
-@pytest.fixture
-async def client(fake_worker: FakeEngineWorker) -> AsyncIterator[VllmClient]:
-    c = make_client(fake_worker.url)
+# Every client test runs on both Generate stream clients (--worker-stream-client).
+@pytest.fixture(params=["h2", "grpcio"])
+async def client(
+    fake_worker: FakeEngineWorker, request: pytest.FixtureRequest
+) -> AsyncIterator[VllmClient]:
+    c = make_client(fake_worker.url, h2_streams=request.param == "h2")
     try:
         yield c
     finally:

@@ -32,8 +32,8 @@ FAST_RECONNECT = (
 )
 
 
-def make_client(url: str) -> VllmClient:
-    return VllmClient(url, options=FAST_RECONNECT, abort_timeout_s=2.0)
+def make_client(url: str, h2_streams: bool = True) -> VllmClient:
+    return VllmClient(url, options=FAST_RECONNECT, abort_timeout_s=2.0, h2_streams=h2_streams)
 
 
 def free_port() -> int:

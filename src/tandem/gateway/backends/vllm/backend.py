@@ -43,12 +43,13 @@ class VllmBackend:
     name = "vllm"
     keeps_image_sources = False  # the legs carry pixels, processed in the gateway
 
-    def __init__(self, transport: TensorTransport | None = None) -> None:
-        self.sender = VllmSender(transport)
+    def __init__(self, transport: TensorTransport | None = None, stream_client: str = "h2") -> None:
+        self.sender = VllmSender(transport, stream_client)
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> VllmBackend:
-        return cls(TensorTransport(config.mm_tensor_transport, config.mm_shm_min_bytes))
+        transport = TensorTransport(config.mm_tensor_transport, config.mm_shm_min_bytes)
+        return cls(transport, config.worker_stream_client)
 
     def build_request(self, ctx: RequestContext) -> None:
         build_wire_request(ctx)

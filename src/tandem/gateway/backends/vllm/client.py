@@ -16,9 +16,12 @@ from tandem.gateway.backends.vllm.frames import frame_of
 from tandem.gateway.backends.vllm.labels import model_id_of, worker_labels
 from tandem.gateway.workers.protocol import WorkerDescription
 from tandem.gateway.workers.worker import EngineLoad
+from tandem.wire.h2grpc.channel import H2Channel, h2_channel
 from tandem.wire.pixel_splice import serialize_with_pixels
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import common, pb, pb_grpc
+
+GENERATE = "/vllm.grpc.engine.VllmEngine/Generate"
 
 
 class VllmClient(GrpcWorkerClient):
@@ -33,14 +36,21 @@ class VllmClient(GrpcWorkerClient):
         *,
         options: Sequence[tuple[str, Any]] = (),
         abort_timeout_s: float = 5.0,
+        h2_streams: bool = True,
     ) -> None:
         super().__init__(url, options=options, abort_timeout_s=abort_timeout_s)
         self._stub = pb_grpc.VllmEngineStub(self._channel)
         # Generate with a request the caller serialized itself (pixels outside the message).
         self._generate_raw = self._channel.unary_stream(
-            "/vllm.grpc.engine.VllmEngine/Generate",
-            request_serializer=bytes,
-            response_deserializer=pb.GenerateResponse.FromString,
+            GENERATE, request_serializer=bytes, response_deserializer=pb.GenerateResponse.FromString
+        )
+        # --worker-stream-client h2: Generate over Tandem's HTTP/2 client (tandem/wire/h2grpc);
+        # every other call stays on the grpc.aio channel.
+        self._h2: H2Channel | None = h2_channel(url) if h2_streams else None
+        self._h2_generate = (
+            self._h2.unary_stream(GENERATE, _serialized, pb.GenerateResponse.FromString)
+            if self._h2 is not None
+            else None
         )
 
     async def describe(self, timeout: float) -> WorkerDescription:
@@ -129,9 +139,22 @@ class VllmClient(GrpcWorkerClient):
         bytes; the caller may drop its reference as soon as this returns. ``on_done`` runs
         when the call ends, however it ends (the leg's shared-memory segments go then).
         """
-        if pixels is None:
+        call: Any
+        if self._h2_generate is not None:
+            message = request if pixels is None else serialize_with_pixels(request, pixels)
+            call = self._h2_generate(message, timeout=timeout)
+        elif pixels is None:
             call = self._stub.Generate(request, timeout=timeout)
         else:
             call = self._generate_raw(serialize_with_pixels(request, pixels), timeout=timeout)
         n = max(1, request.sampling_params.n)
         return self.leg_stream(call, request.request_id, n, frame_of, on_done)
+
+    async def close(self, grace: float | None = None) -> None:
+        await super().close(grace)
+        if self._h2 is not None:
+            await self._h2.close()
+
+
+def _serialized(request: pb.GenerateRequest | bytes) -> bytes:
+    return request if isinstance(request, bytes) else request.SerializeToString()

@@ -16,12 +16,13 @@ class VllmSender:
 
     name = "vllm"
 
-    def __init__(self, transport: TensorTransport | None = None) -> None:
+    def __init__(self, transport: TensorTransport | None = None, stream_client: str = "h2") -> None:
         # How legs' tensors travel (--multimodal-tensor-transport).
         self.transport = transport if transport is not None else TensorTransport()
+        self.stream_client = stream_client  # --worker-stream-client
 
     def client(self, url: str) -> WorkerClient:
-        return VllmClient(url)
+        return VllmClient(url, h2_streams=self.stream_client == "h2")
 
     def start(
         self,
