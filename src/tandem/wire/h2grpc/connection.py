@@ -116,17 +116,22 @@ class H2Connection(asyncio.Protocol):
         return sent
 
     async def _send_rest(self, call: StreamCall, sid: int, body: bytes, sent: int) -> None:
+        # Send before waiting: the peer's WINDOW_UPDATE may have been read between open()
+        # and this task's first step (uvloop polls I/O before it runs new tasks), and a
+        # wake-up with no waiter registered is lost.
         view = memoryview(body)
-        while sent < len(view) and sid in self._streams and self.transport is not None:
-            waiter = asyncio.get_running_loop().create_future()
-            self._window_waiters.append(waiter)
-            await waiter
-            if sid not in self._streams or self.transport.is_closing():
+        while sid in self._streams and self.transport is not None:
+            if self.transport.is_closing():
                 return
             out: list[bytes | memoryview] = []
             sent += self._data_frames(call, sid, view[sent:], out)
             if out:
                 self.transport.write(b"".join(out))
+            if sent >= len(view):
+                return
+            waiter = asyncio.get_running_loop().create_future()
+            self._window_waiters.append(waiter)
+            await waiter
 
     def _wake_senders(self) -> None:
         waiters, self._window_waiters = self._window_waiters, []
@@ -211,7 +216,7 @@ class H2Connection(asyncio.Protocol):
             self._goaway(f.u32(payload) & f.MAX_WINDOW, f.u32(payload, 4))
         elif kind == f.PUSH_PROMISE:
             raise ValueError("PUSH_PROMISE although push is disabled")
-        # PRIORITY and unknown frame types are ignored (RFC 9113 §5.5)
+        # PRIORITY and unknown frame types are ignored (RFC 9113 section 5.5)
 
     def _data(self, flags: int, sid: int, payload: bytes) -> None:
         size = len(payload)

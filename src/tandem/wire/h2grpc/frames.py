@@ -1,8 +1,8 @@
-"""HTTP/2 frame layout (RFC 9113 §4, §6) and the gRPC message prefix, as bytes.
+"""HTTP/2 frame layout (RFC 9113 sections 4 and 6) and the gRPC message prefix, as bytes.
 
 Only what a gRPC client needs: frame headers, the frames it sends (SETTINGS, its ACK,
 WINDOW_UPDATE, PING ACK, RST_STREAM, HEADERS, DATA), and a request header block encoded
-with literals that never touch the HPACK dynamic table (RFC 7541 §6.2.2), so the
+with literals that never touch the HPACK dynamic table (RFC 7541 section 6.2.2), so the
 encoder keeps no state and the peer's table size setting does not concern it.
 """
 
@@ -27,7 +27,7 @@ SETTINGS_MAX_CONCURRENT_STREAMS = 0x3
 SETTINGS_INITIAL_WINDOW_SIZE = 0x4
 SETTINGS_MAX_FRAME_SIZE = 0x5
 
-# RST_STREAM / GOAWAY error codes (RFC 9113 §7)
+# RST_STREAM / GOAWAY error codes (RFC 9113 section 7)
 NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x3
 REFUSED_STREAM, CANCEL, ENHANCE_YOUR_CALM, INADEQUATE_SECURITY = 0x7, 0x8, 0xB, 0xC
 
@@ -100,7 +100,7 @@ def _string(value: bytes) -> bytes:
 
 
 def literal(name_index: int, value: bytes) -> bytes:
-    """ "Literal without indexing" with a name from the static table (RFC 7541 §6.2.2)."""
+    """ "Literal without indexing" with a name from the static table (RFC 7541 section 6.2.2)."""
     return _integer(name_index, 4, 0) + _string(value)
 
 
