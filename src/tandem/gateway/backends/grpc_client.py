@@ -26,6 +26,7 @@ import grpc
 from smg_grpc_proto.generated import common_pb2
 
 from tandem.gateway.backends.frames import Frame
+from tandem.wire.h2grpc.call import NOT_READY
 from tandem.wire.peer_channels import RECONNECT_OPTIONS
 from tandem.wire.worker_marker import TANDEM_WORKER_METADATA_KEY
 
@@ -125,27 +126,45 @@ class LegStream:
             if message is grpc.aio.EOF:
                 self._ended = True
                 raise StopAsyncIteration
-            if message is None:
-                # grpc.aio reads a frame that does not deserialize as None: the worker is
-                # not speaking this protocol (or its bytes were corrupted). End the call,
-                # abort it on the worker, and fail as a worker error in our words.
-                self._drop()
-                raise garbled_frame()
-            if answers_another_request(message, self.request_id):
-                log.warning(
-                    "worker answered request %r on the stream of %r; the call is ended",
-                    getattr(message, "request_id", ""),
-                    self.request_id,
-                )
-                self._drop()
-                raise garbled_frame(WRONG_REQUEST_ID)
-            self.started = True
-            frame = self._read_frame(message)
-            if frame is None:
-                continue  # a frame with neither a chunk nor a completion carries nothing
-            if frame.final:
-                self._completed += 1
-            return frame
+            frame = self._accept(message)
+            if frame is not None:
+                return frame
+
+    def take_ready(self) -> Frame | None:
+        """The next frame if its message has arrived already, else None (also where the
+        call cannot tell, as grpc.aio's cannot); never waits. The end of the call and its
+        failures are left to ``__anext__``."""
+        read_ready = getattr(self._call, "read_ready", None)
+        while read_ready is not None and not self._ended:
+            message = read_ready()
+            if message is NOT_READY:
+                return None
+            frame = self._accept(message)
+            if frame is not None:
+                return frame
+        return None
+
+    def _accept(self, message: Any) -> Frame | None:
+        """A message read from the call as a frame (None: it carries nothing)."""
+        if message is None:
+            # grpc.aio reads a frame that does not deserialize as None: the worker is
+            # not speaking this protocol (or its bytes were corrupted). End the call,
+            # abort it on the worker, and fail as a worker error in our words.
+            self._drop()
+            raise garbled_frame()
+        if answers_another_request(message, self.request_id):
+            log.warning(
+                "worker answered request %r on the stream of %r; the call is ended",
+                getattr(message, "request_id", ""),
+                self.request_id,
+            )
+            self._drop()
+            raise garbled_frame(WRONG_REQUEST_ID)
+        self.started = True
+        frame = self._read_frame(message)
+        if frame is not None and frame.final:
+            self._completed += 1
+        return frame  # None: neither a chunk nor a completion, nothing to pass on
 
     async def aclose(self) -> None:
         self._drop()

@@ -161,6 +161,25 @@ class Relay:
             await self.aclose()
             raise
 
+    async def take_ready(self) -> Frame | None:
+        """The next frame if it has arrived already, else None; never waits for the worker
+        (a stream that cannot tell gives None). Failures come out as from ``__anext__``."""
+        first, self._first = self._first, None
+        if first is not None:
+            return first
+        take = getattr(self._stream, "take_ready", None)
+        if take is None:
+            return None
+        try:
+            frame: Frame | None = take()
+            return frame
+        except grpc.aio.AioRpcError as err:
+            await self.aclose()
+            raise _from_rpc_error(self._error_code, err) from None
+        except BaseException:
+            await self.aclose()
+            raise
+
     async def aclose(self) -> None:
         self._first = None
         await self._stream.aclose()

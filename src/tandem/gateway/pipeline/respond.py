@@ -10,7 +10,7 @@ a non-streaming worker's Complete (docs/pd-contract.md §20).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,10 @@ from tandem.gateway.pipeline.events import (
 from tandem.gateway.pipeline.shaping_plan import ChoiceStreamer
 from tandem.gateway.stops import StopMatcher
 from tandem.gateway.tools.calls import CallStart, ContentPiece, ReasoningPiece
+
+# Frames of one burst folded into events before any is sent: a bound on the work done
+# before the first of them reaches the client.
+MAX_BURST = 256
 
 
 @dataclass(slots=True)
@@ -206,19 +210,21 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
     collector = Collector(ctx)
     asked = ctx.sampling.logprobs is not None
     shapers = [ctx.shaping.streamer() for _ in range(ctx.n)] if ctx.shaping else None
+    take_ready = getattr(opened.frames, "take_ready", None)
     ok = False
     try:
         async for frame in opened.frames:
-            event = collector.apply(frame)
-            stop = collector.choices[event.index].stops.matched if event.finished else None
-            if shapers is not None:
-                for piece in _shaped(shapers[event.index], event, stop):
-                    yield piece
-            else:
-                if event.text or event.logprobs:
-                    yield TextDelta(event.index, event.text, event.logprobs if asked else None)
-                if event.finished:
-                    yield ChoiceFinished(event.index, event.finished, stop)
+            for event in await _events_now(collector, frame, take_ready):
+                stop = collector.choices[event.index].stops.matched if event.finished else None
+                if shapers is not None:
+                    for piece in _shaped(shapers[event.index], event, stop):
+                        yield piece
+                else:
+                    if event.text or event.logprobs:
+                        logprobs = event.logprobs if asked else None
+                        yield TextDelta(event.index, event.text, logprobs)
+                    if event.finished:
+                        yield ChoiceFinished(event.index, event.finished, stop)
             if collector.done:
                 break
         ok = True
@@ -227,6 +233,33 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
         await opened.frames.aclose()
         opened.close(ok)
     yield AnswerUsage(collector.usage())
+
+
+async def _events_now(
+    collector: Collector, frame: Frame, take_ready: Callable[[], Awaitable[Frame | None]] | None
+) -> list[Event]:
+    """``frame``'s event, then those of the frames that arrived with it, each choice's run
+    merged into one event: the tokens of a burst go out in one chunk (as vLLM sends them),
+    not one chunk each, and nothing already here waits behind the client's socket. A
+    stream that cannot tell what has arrived (``take_ready`` None) gives one event."""
+    events = [collector.apply(frame)]
+    if take_ready is None:
+        return events
+    for _ in range(MAX_BURST):
+        if collector.done:
+            break
+        more = await take_ready()
+        if more is None:
+            break
+        event, last = collector.apply(more), events[-1]
+        if event.index == last.index and last.finished is None:
+            merged = Event(
+                last.index, last.text + event.text, event.finished, last.logprobs + event.logprobs
+            )
+            events[-1] = merged
+        else:
+            events.append(event)
+    return events
 
 
 def _shaped(shaper: ChoiceStreamer, event: Event, stop: str | None) -> list[AnswerEvent]:

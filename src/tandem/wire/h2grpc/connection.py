@@ -15,9 +15,9 @@ import logging
 from typing import TYPE_CHECKING
 
 import grpc
-import hpack
 
 from tandem.wire.h2grpc import frames as f
+from tandem.wire.h2grpc.header_blocks import HeaderBlockDecoder
 
 if TYPE_CHECKING:
     from tandem.wire.h2grpc.call import StreamCall
@@ -34,7 +34,7 @@ class H2Connection(asyncio.Protocol):
         self.settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.closed_reason: str | None = None  # no new streams once set
         self._buffer = bytearray()
-        self._decoder = hpack.Decoder()
+        self._decoder = HeaderBlockDecoder()
         self._streams: dict[int, StreamCall] = {}
         self._next_id = 1
         self._max_frame = f.DEFAULT_MAX_FRAME
@@ -250,7 +250,7 @@ class H2Connection(asyncio.Protocol):
 
     def _header_block(self, sid: int, flags: int, block: bytes) -> None:
         # Decoded even for streams we reset: the HPACK table is shared by the connection.
-        fields = [(bytes(k), bytes(v)) for k, v in self._decoder.decode(block, raw=True)]
+        fields = self._decoder.decode(block)
         call = self._streams.get(sid)
         if call is None:
             return
