@@ -42,8 +42,8 @@ class RequestRecord:
             return
         self._finished = True
         elapsed = time.perf_counter() - self.started
-        metrics.REQUESTS.labels(self.route, str(status), code).inc()
-        metrics.REQUEST_SECONDS.labels(self.route).observe(elapsed)
+        metrics.child(metrics.REQUESTS, self.route, str(status), code).inc()
+        metrics.child(metrics.REQUEST_SECONDS, self.route).observe(elapsed)
         if not (self.enabled and log.isEnabledFor(logging.INFO)):
             return
         stream, images, prompt, completion, workers = False, 0, 0, 0, "-"

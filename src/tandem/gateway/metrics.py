@@ -12,6 +12,8 @@ are finite sets; request ids and model outputs never become labels.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -218,3 +220,17 @@ MM_POOL_RESTARTS = Counter(
     "Image pool processes replaced after one died (--mm-workers)",
     registry=REGISTRY,
 )
+
+
+_CHILDREN: dict[tuple[object, tuple[str, ...]], Any] = {}
+
+
+def child(metric: Counter | Gauge | Histogram, *values: str) -> Any:
+    """``metric.labels(*values)``, remembered: the same child prometheus_client would give
+    (it never drops one here), without its validation and lock on every request. Label
+    values are bounded sets (see above), so this is too."""
+    key = (metric, values)
+    found = _CHILDREN.get(key)
+    if found is None:
+        found = _CHILDREN[key] = metric.labels(*values)
+    return found

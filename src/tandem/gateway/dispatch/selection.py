@@ -45,7 +45,7 @@ def pick(policy: Policy, pool: Sequence[Worker], ctx: RequestContext, role: str)
 def claim(worker: Worker, policy: Policy, ctx: RequestContext) -> Callable[[bool], None]:
     """Count the request against ``worker``; the returned callback settles it once."""
     worker.in_flight += 1
-    metrics.WORKER_IN_FLIGHT.labels(worker.url).set(worker.in_flight)
+    metrics.child(metrics.WORKER_IN_FLIGHT, worker.url).set(worker.in_flight)
     settled = False
 
     def close(ok: bool) -> None:
@@ -54,7 +54,7 @@ def claim(worker: Worker, policy: Policy, ctx: RequestContext) -> Callable[[bool
             return
         settled = True
         worker.in_flight -= 1
-        metrics.WORKER_IN_FLIGHT.labels(worker.url).set(worker.in_flight)
+        metrics.child(metrics.WORKER_IN_FLIGHT, worker.url).set(worker.in_flight)
         if ok:
             worker.breaker.record_success()
         policy.on_request_complete(worker, selection_input(ctx))

@@ -98,8 +98,8 @@ async def prepare_media(
         worker_expandable=model.info.family.worker_expandable,
         workers_accept_media_refs=[w.accepts_media_refs for w in workers],
     )
-    metrics.MM_PROCESSING.labels(decision.path, decision.reason).inc()
-    metrics.MM_ITEMS.labels(decision.path).inc(len(parts))
+    metrics.child(metrics.MM_PROCESSING, decision.path, decision.reason).inc()
+    metrics.child(metrics.MM_ITEMS, decision.path).inc(len(parts))
     ctx.mm_path = decision.path
     if decision.path == "worker":
         await backend.forward_media_refs(ctx, config, workers, plan)

@@ -165,7 +165,7 @@ class Collector:
     def _mark_first_token(self, token_ids: Any) -> None:
         if self.first_token_at is None and len(token_ids):
             self.first_token_at = time.perf_counter()
-            metrics.TTFT_SECONDS.labels(self.ctx.route).observe(
+            metrics.child(metrics.TTFT_SECONDS, self.ctx.route).observe(
                 self.first_token_at - self.ctx.arrived
             )
 

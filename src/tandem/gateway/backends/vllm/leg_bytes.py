@@ -34,6 +34,6 @@ def leg_bytes(request: GenerateRequest, pixels: PixelPayload | None = None) -> L
 def record_leg(leg: str, request: GenerateRequest, pixels: PixelPayload | None = None) -> LegBytes:
     """Count the leg's tensor bytes in ``tandem_mm_tensor_bytes_total{leg, kind}``."""
     sizes = leg_bytes(request, pixels)
-    metrics.MM_TENSOR_BYTES.labels(leg, "pixel").inc(sizes.pixel)
-    metrics.MM_TENSOR_BYTES.labels(leg, "other").inc(sizes.other)
+    metrics.child(metrics.MM_TENSOR_BYTES, leg, "pixel").inc(sizes.pixel)
+    metrics.child(metrics.MM_TENSOR_BYTES, leg, "other").inc(sizes.other)
     return sizes

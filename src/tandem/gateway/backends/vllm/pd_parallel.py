@@ -59,5 +59,5 @@ async def open_parallel(
         pixels,
         lambda: release_prefill_kv(registry, pair.prefill, mode, minted_params),
     )
-    metrics.PD_KV_MODE.labels(mode.kind.value).inc()
+    metrics.child(metrics.PD_KV_MODE, mode.kind.value).inc()
     return opened

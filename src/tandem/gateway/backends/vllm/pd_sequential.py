@@ -151,7 +151,7 @@ async def open_sequential(
     now = time.perf_counter()
     metrics.PD_KV_TRANSFER_SECONDS.observe(now - drained)
     metrics.PD_TTFT_SECONDS.observe(now - started)
-    metrics.PD_KV_MODE.labels(mode.kind.value).inc()
+    metrics.child(metrics.PD_KV_MODE, mode.kind.value).inc()
     return OpenedStream(relay(decode_stream, decode_first, "decode_stream_error"), pair.close)
 
 
