@@ -9,6 +9,7 @@ tests/unit/wire/test_h2grpc.py checks the client's side of it against a real ser
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from gateway_app_fakes import ScriptedDispatcher, chat_body, client, make_gateway, sse_chunks
@@ -16,6 +17,7 @@ from gateway_app_fakes import ScriptedDispatcher, chat_body, client, make_gatewa
 from tandem.gateway.backends.frames import Frame
 from tandem.gateway.context import RequestContext
 from tandem.gateway.dispatch.streams import OpenedStream
+from tandem.gateway.logprobs import LogprobEntry
 
 TEXT = "a burst of tokens, all here at once"
 
@@ -50,13 +52,17 @@ class BurstFrames:
         self._bursts.clear()
 
 
+def entries_of(position: int, token: int) -> Callable[[], list[LogprobEntry]]:
+    return lambda: [LogprobEntry(token, -0.25 * position, ((token, -0.25 * position),))]
+
+
 class BurstDispatcher(ScriptedDispatcher):
     def __init__(self, model, sizes: list[int]) -> None:
         super().__init__(model, TEXT)
         self.sizes = sizes
 
     async def open(self, ctx: RequestContext) -> OpenedStream:
-        frames = [Frame(0, [token]) for token in self.tokens]
+        frames = [Frame(0, [t], entries_of(i, t)) for i, t in enumerate(self.tokens)]
         frames.append(Frame(0, [], final=True, finish_reason="stop"))
         bursts, at = [], 0
         for size in self.sizes:
@@ -66,17 +72,19 @@ class BurstDispatcher(ScriptedDispatcher):
         return OpenedStream(BurstFrames(bursts), lambda ok: None)
 
 
-async def contents(qwen_meta_dir: Path, sizes: list[int], **extra) -> list[str]:
+async def chunks_of(qwen_meta_dir: Path, sizes: list[int], **extra) -> list[dict]:
     state, _ = make_gateway(qwen_meta_dir)
     state.dispatcher = BurstDispatcher(state.model, sizes)
     async with client(state) as http:
         body = chat_body(stream=True, max_tokens=64, **extra)
         answer = await http.post("/v1/chat/completions", json=body)
         assert answer.status_code == 200, answer.text
-    chunks = sse_chunks(answer.text)
-    assert chunks[-1]["choices"][0]["finish_reason"] == "stop" or any(
-        c["choices"] and c["choices"][0]["finish_reason"] == "stop" for c in chunks
-    )
+    return sse_chunks(answer.text)
+
+
+async def contents(qwen_meta_dir: Path, sizes: list[int], **extra) -> list[str]:
+    chunks = await chunks_of(qwen_meta_dir, sizes, **extra)
+    assert any(c["choices"] and c["choices"][0]["finish_reason"] == "stop" for c in chunks)
     return [
         c["choices"][0]["delta"]["content"]
         for c in chunks
@@ -105,3 +113,13 @@ async def test_a_burst_across_a_stop_string_ends_at_the_stop(qwen_meta_dir: Path
     tokens = len(ScriptedDispatcher(make_gateway(qwen_meta_dir)[0].model, TEXT).tokens)
     pieces = await contents(qwen_meta_dir, [tokens + 1], stop=["tokens"])
     assert pieces == ["a burst of "]
+
+
+async def test_a_bursts_logprobs_are_every_token_in_order(qwen_meta_dir: Path) -> None:
+    chunks = await chunks_of(qwen_meta_dir, [3, 4], logprobs=True, top_logprobs=1)
+    with_content = [c for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+    entries = [c["choices"][0]["logprobs"]["content"] for c in with_content]
+    assert [len(e) for e in entries[:2]] == [3, 4]
+    flat = [entry["logprob"] for e in entries for entry in e]
+    assert flat == [-0.25 * i for i in range(len(flat))]
+    assert "".join(c["choices"][0]["delta"]["content"] for c in with_content) == TEXT

@@ -20,6 +20,7 @@ from tandem.gateway.context import RequestContext
 from tandem.gateway.detokenize import IncrementalDetokenizer
 from tandem.gateway.dispatch.streams import OpenedStream
 from tandem.gateway.logprobs import LogprobEntry
+from tandem.gateway.pipeline.bursts import MAX_BURST, chunk_runs
 from tandem.gateway.pipeline.events import (
     AnswerEvent,
     AnswerUsage,
@@ -35,10 +36,6 @@ from tandem.gateway.pipeline.events import (
 from tandem.gateway.pipeline.shaping_plan import ChoiceStreamer
 from tandem.gateway.stops import StopMatcher
 from tandem.gateway.tools.calls import CallStart, ContentPiece, ReasoningPiece
-
-# Frames of one burst folded into events before any is sent: a bound on the work done
-# before the first of them reaches the client.
-MAX_BURST = 256
 
 
 @dataclass(slots=True)
@@ -238,25 +235,23 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
 async def _events_now(
     collector: Collector, frame: Frame, take_ready: Callable[[], Awaitable[Frame | None]] | None
 ) -> list[Event]:
-    """``frame``'s event, then those of the frames that arrived with it, each choice's run
-    merged into one event: the tokens of a burst go out in one chunk (as vLLM sends them),
+    """The events of ``frame`` and of the frames that arrived with it, each choice's run of
+    them as one event: the tokens of a burst go out in one chunk (as vLLM sends them),
     not one chunk each, and nothing already here waits behind the client's socket. A
     stream that cannot tell what has arrived (``take_ready`` None) gives one event."""
-    events = [collector.apply(frame)]
-    if take_ready is None:
-        return events
-    for _ in range(MAX_BURST):
+    frames = [frame]
+    if take_ready is not None:
+        while len(frames) < MAX_BURST and (more := await take_ready()) is not None:
+            frames.append(more)
+    events: list[Event] = []
+    for run in chunk_runs(frames):
         if collector.done:
-            break
-        more = await take_ready()
-        if more is None:
-            break
-        event, last = collector.apply(more), events[-1]
-        if event.index == last.index and last.finished is None:
-            merged = Event(
-                last.index, last.text + event.text, event.finished, last.logprobs + event.logprobs
-            )
-            events[-1] = merged
+            break  # what follows the end of every choice is dropped, as the loop does
+        event = collector.apply(run)
+        last = events[-1] if events else None
+        if last is not None and last.index == event.index and last.finished is None:
+            text, entries = last.text + event.text, last.logprobs + event.logprobs
+            events[-1] = Event(last.index, text, event.finished, entries)
         else:
             events.append(event)
     return events
