@@ -2,8 +2,14 @@
 
 The load generator records when each HTTP chunk of a streamed answer arrived; here those
 arrivals become the times of the SSE events that carry generated text, and per-stream TPOT
-(time per output token after the first: the mean gap between consecutive content events)
-and the gaps themselves (inter-token latency, ITL) are summarised over many streams.
+(time per output token after the first) and the gaps between tokens (inter-token latency,
+ITL) are summarised over many streams.
+
+Tokens are counted as the characters of each event's ``delta.content``: exact for the
+bench's null workers, whose canned ASCII text is one byte-level token a character. A
+gateway that sends several tokens in one event (Tandem does for tokens that arrived
+together, as vLLM's server does) is then timed per token, as one that writes several
+one-token events at once: the tokens of one event share its time.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from bench.loadgen_stats import percentile
 
 
 def content_times(chunks: list[tuple[float, bytes]]) -> list[float]:
-    """Arrival time of every SSE event with non-empty ``delta.content``, in order.
+    """Arrival time of every content token, in order (an event's tokens share its time).
 
     An event split across HTTP chunks counts when its last byte arrived; events that share
     a chunk share its time (a gateway that batches frames into one write shows gaps of 0).
@@ -25,13 +31,16 @@ def content_times(chunks: list[tuple[float, bytes]]) -> list[float]:
     for at, data in chunks:
         pending += data
         *events, pending = pending.replace(b"\r\n", b"\n").split(b"\n\n")
-        times.extend(at for event in events if _has_content(event))
-    if pending.strip() and _has_content(pending):
-        times.append(chunks[-1][0])
+        for event in events:
+            times.extend([at] * _content_tokens(event))
+    if pending.strip():
+        times.extend([chunks[-1][0]] * _content_tokens(pending))
     return times
 
 
-def _has_content(event: bytes) -> bool:
+def _content_tokens(event: bytes) -> int:
+    """Characters of the event's ``delta.content`` (see the module's note on tokens)."""
+    count = 0
     for line in event.split(b"\n"):
         if not line.startswith(b"data:"):
             continue
@@ -42,9 +51,8 @@ def _has_content(event: bytes) -> bool:
             choices = json.loads(data).get("choices") or []
         except ValueError:
             continue
-        if any((c.get("delta") or {}).get("content") for c in choices):
-            return True
-    return False
+        count += sum(len((c.get("delta") or {}).get("content") or "") for c in choices)
+    return count
 
 
 def stream_figures(start: float, times: list[float]) -> dict[str, float | list[float] | None]:

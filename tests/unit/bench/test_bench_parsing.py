@@ -48,7 +48,7 @@ def _event(content: str | None, finish: str | None = None) -> bytes:
     return b"data: " + json.dumps({"choices": [choice]}).encode() + b"\n\n"
 
 
-def test_content_times_count_only_content_events_when_complete() -> None:
+def test_content_times_count_content_tokens_of_complete_events() -> None:
     role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
     split = _event("b")
     chunks = [
@@ -58,6 +58,13 @@ def test_content_times_count_only_content_events_when_complete() -> None:
         (3.0, _event(None, "length") + b"data: [DONE]\n\n"),
     ]
     assert stream_timing.content_times(chunks) == [1.0, 2.0, 2.0, 2.0]
+    # one event of three tokens (characters, for the null workers' byte-level text)
+    assert stream_timing.content_times([(1.0, _event("a")), (2.0, _event("xyz"))]) == [
+        1.0,
+        2.0,
+        2.0,
+        2.0,
+    ]
     figures = stream_timing.stream_figures(0.5, [1.0, 2.0, 2.0, 4.0])
     assert figures == {"ttft": 0.5, "tpot": 1.0, "gaps": [1.0, 0.0, 2.0]}
     assert stream_timing.stream_figures(0.0, []) == {"ttft": None, "tpot": None, "gaps": []}
