@@ -130,10 +130,11 @@ class LegStream:
             if frame is not None:
                 return frame
 
-    def take_ready(self) -> Frame | None:
+    def ready_frame(self) -> Frame | None:
         """The next frame if its message has arrived already, else None (also where the
-        call cannot tell, as grpc.aio's cannot); never waits. The end of the call and its
-        failures are left to ``__anext__``."""
+        call cannot tell, as grpc.aio's cannot); never waits. Synchronous, so not the
+        awaitable ``take_ready`` that ``respond`` looks for: the relay wraps it. The end
+        of the call and its failures are left to ``__anext__``."""
         read_ready = getattr(self._call, "read_ready", None)
         while read_ready is not None and not self._ended:
             message = read_ready()

@@ -167,7 +167,7 @@ class Relay:
         first, self._first = self._first, None
         if first is not None:
             return first
-        take = getattr(self._stream, "take_ready", None)
+        take = getattr(self._stream, "ready_frame", None)
         if take is None:
             return None
         try:

@@ -9,6 +9,7 @@ a non-streaming worker's Complete (docs/pd-contract.md §20).
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -208,6 +209,8 @@ async def stream_events(ctx: RequestContext, opened: OpenedStream) -> AsyncItera
     asked = ctx.sampling.logprobs is not None
     shapers = [ctx.shaping.streamer() for _ in range(ctx.n)] if ctx.shaping else None
     take_ready = getattr(opened.frames, "take_ready", None)
+    if take_ready is not None and not inspect.iscoroutinefunction(take_ready):
+        take_ready = None  # only the relay's awaitable form is the burst protocol
     ok = False
     try:
         async for frame in opened.frames:
