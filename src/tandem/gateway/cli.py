@@ -134,6 +134,13 @@ def add_gateway_parser(commands: argparse._SubParsersAction) -> None:
         default=_DEFAULTS.mm_pixel_cache_mb,
         help="MiB of preprocessed pixels kept per image, LRU (0: off)",
     )
+    p.add_argument(
+        "--prompt-cache-tokens",
+        type=int,
+        default=_DEFAULTS.prompt_cache_tokens,
+        help="token ids of prompt pieces (the text between special tokens) kept to skip "
+        "tokenizing them again, LRU (0: off)",
+    )
     add_media_flags(p)
     p.add_argument("--max-payload-size", type=int, default=_DEFAULTS.max_payload_size)
     p.add_argument("--request-timeout-secs", type=float, default=_DEFAULTS.request_timeout_s)
@@ -273,6 +280,7 @@ def config_from_args(args: argparse.Namespace) -> GatewayConfig:
         mm_workers=args.mm_workers,
         mm_workers_nice=args.mm_workers_nice,
         mm_pixel_cache_mb=args.mm_pixel_cache_mb,
+        prompt_cache_tokens=args.prompt_cache_tokens,
         media=media,
         max_payload_size=args.max_payload_size,
         request_timeout_s=args.request_timeout_secs,

@@ -34,6 +34,9 @@ MM_MAX_INFLIGHT_BYTES = 512 << 20
 # is about 3 MiB of raw uint8 pixels for the built-in families, so this keeps the images of
 # some 80 recent turns (multi-turn chats re-send them) at half the in-flight budget's size.
 MM_PIXEL_CACHE_MB = 256
+# Token ids of prompt pieces kept between requests (about 40 bytes a token with its text:
+# ~10 MiB); gateway/prompt_tokens.py.
+DEFAULT_PROMPT_CACHE_TOKENS = 262_144
 
 # Niceness added to image pool processes: the event loop's token relaying goes first on a
 # shared CPU, images take the rest (docs/benchmarks.md: text ITL p99 under image load
@@ -98,6 +101,8 @@ class GatewayConfig:
     mm_workers: int = field(default_factory=default_mm_workers)
     mm_workers_nice: int = MM_WORKERS_NICE
     mm_pixel_cache_mb: int = MM_PIXEL_CACHE_MB
+    # Token ids of prompt pieces kept between requests (0: off; gateway/prompt_tokens.py).
+    prompt_cache_tokens: int = DEFAULT_PROMPT_CACHE_TOKENS
     media: MediaPolicy = field(default_factory=MediaPolicy)
     max_payload_size: int = 64 << 20
     request_timeout_s: float = 300.0
@@ -169,6 +174,8 @@ class GatewayConfig:
             raise ValueError("--mm-workers-nice must be between 0 and 19")
         if self.mm_pixel_cache_mb < 0:
             raise ValueError("--mm-pixel-cache-mb must be >= 0")
+        if self.prompt_cache_tokens < 0:
+            raise ValueError("--prompt-cache-tokens must be >= 0")
         if self.health_interval_s <= 0 or self.health_timeout_s <= 0:
             raise ValueError("--health-check-interval-secs and -timeout-secs must be positive")
         if self.health_failure_threshold < 1:

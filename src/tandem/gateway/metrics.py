@@ -91,6 +91,12 @@ KV_EVENT_SERIES = (KV_EVENTS_APPLIED, KV_EVENT_BLOCKS, KV_EVENT_RESYNCS, KV_EVEN
 RETRIES = Counter(
     "tandem_retries_total", "Requests retried on another worker", ["route"], registry=REGISTRY
 )
+PROMPT_TOKENS = Counter(
+    "tandem_prompt_tokens_total",
+    "Prompt tokens by where their ids came from: the prompt token cache or the tokenizer",
+    ["source"],
+    registry=REGISTRY,
+)
 MM_ITEMS = Counter(
     "tandem_mm_items_total", "Media items by processing path", ["path"], registry=REGISTRY
 )

@@ -145,11 +145,15 @@ class GatewayState:
             try:
                 if self.config.model_path is not None:
                     name = model_id or self.config.model_path.name
-                    self.model = ModelHandle.from_dir(self.config.model_path, name)
+                    self.model = ModelHandle.from_dir(
+                        self.config.model_path, name, self.config.prompt_cache_tokens
+                    )
                 elif workers:
                     source = workers[0].url
                     archive = await self.registry.client(source).get_tokenizer(timeout=30)
-                    self.model = ModelHandle.from_archive(archive, model_id or workers[0].model_id)
+                    self.model = ModelHandle.from_archive(
+                        archive, model_id or workers[0].model_id, self.config.prompt_cache_tokens
+                    )
                     log.info("loaded tokenizer and processor of %s from %s", model_id, source)
             except Exception as exc:  # gRPC, zip, JSON, template or tokenizer errors alike
                 log.warning("could not load the model files from %s: %r", source, exc)

@@ -21,6 +21,7 @@ from tokenizers import Tokenizer
 from tandem.gateway import tokenizing
 from tandem.gateway.http.json_bodies import json_bytes
 from tandem.gateway.model import ModelHandle
+from tandem.gateway.prompt_tokens import PromptTokenCache
 from tandem.gateway.tokenizing import INLINE_CHARS, INLINE_TOKENS, more_text_than
 
 LONG = INLINE_CHARS + 1
@@ -77,6 +78,9 @@ class NotingTokenizer:
 def noting(state: Any) -> NotingTokenizer:
     tokenizer = NotingTokenizer(state.model.tokenizer)
     state.model.tokenizer = tokenizer
+    # The prompt token cache encodes through the wrapper too (its load-time probes aside).
+    state.model.prompt_tokens = PromptTokenCache(tokenizer)  # type: ignore[arg-type]
+    tokenizer.calls.clear()
     return tokenizer
 
 
