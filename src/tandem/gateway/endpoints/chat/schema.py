@@ -52,6 +52,8 @@ from tandem.gateway.pipeline.generation_request import (
     ToolSpec,
 )
 
+NO_TOOLS = ToolMode("none")
+
 # Re-exported: callers and tests read the limits from here.
 __all__ = [
     "MAX_STOP_CHARS",
@@ -71,7 +73,8 @@ class ChatCompletionRequest(GenerationParams):
     tools: list[Tool] | None = Field(None, max_length=MAX_TOOLS)
     tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool = True
-    _tool_mode: ToolMode = PrivateAttr(ToolMode("none"))
+    # A factory handing out one frozen value: a plain default is deep-copied per request.
+    _tool_mode: ToolMode = PrivateAttr(default_factory=lambda: NO_TOOLS)
 
     @model_validator(mode="before")
     @classmethod
