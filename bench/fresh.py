@@ -7,6 +7,10 @@ before, the bytes (and so every cache key) differ. SOI + COM header + 12 bytes i
 a multiple of 3, so its base64 is a fixed 24 characters followed by the base64 of the rest
 of the file unchanged: the load generator swaps those 24 characters per request without
 touching the rest of a (megabyte) body, and Content-Length stays the same.
+
+The same placeholder opens each scenario's prompt text (``bench.scenarios.fresh_text``), so
+the text differs per request too: a prompt token cache would otherwise serve a repeated
+body's text from memory.
 """
 
 from __future__ import annotations
@@ -64,11 +68,12 @@ class Splicer:
         self.count = 0
 
     @property
-    def images(self) -> int:
+    def placeholders(self) -> int:
+        """Images and prompt texts that get a tag of their own per request."""
         return len(self.parts) - 1
 
     def next(self) -> bytes:
-        if not self.images:
+        if not self.placeholders:
             return self.parts[0]
         counter, self.count = self.count, self.count + 1
         out = [self.parts[0]]

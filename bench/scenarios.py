@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from bench import fresh
 from bench.fresh import tagged_b64
 
 MODEL = "tiny-qwen3-vl"
@@ -86,8 +87,16 @@ def jpeg_bytes(size: tuple[int, int], seed: int) -> bytes:
     return buffer.getvalue()
 
 
+def fresh_text(chars: int) -> str:
+    """``chars`` characters of prompt that open with the per-request placeholder
+    (``bench.fresh``): no two requests send the same text, so a cache of prompt tokens
+    (Tandem's ``--prompt-cache-tokens``) gains nothing a real first turn would not."""
+    tag = fresh.PLACEHOLDER.decode() + " "
+    return tag + text(max(chars - len(tag), 0))
+
+
 def body(scenario: Scenario) -> dict:
-    prompt = text(scenario.prompt_chars)
+    prompt = fresh_text(scenario.prompt_chars)
     if scenario.images:
         assert scenario.image_size is not None
         parts: list[dict] = [

@@ -12,6 +12,7 @@ import json
 import numpy as np
 from bench import chat_turns, fresh, stream_timing
 from bench.report import mixed, multi_turn, vllm_table
+from bench.scenarios import SCENARIOS, body
 from bench.variants import supported
 from bench.vllm_bench import parse_output
 from PIL import Image
@@ -33,13 +34,22 @@ def test_spliced_copies_differ_in_bytes_and_decode_to_the_same_pixels() -> None:
     body = json.dumps({"a": fresh.tagged_b64(jpeg), "b": fresh.tagged_b64(jpeg)}).encode()
     splicer = fresh.Splicer(body, nonce=b"\x01\x02\x03\x04")
     first, second = splicer.next(), splicer.next()
-    assert splicer.images == 2 and len(first) == len(second) == len(body)
+    assert splicer.placeholders == 2 and len(first) == len(second) == len(body)
     images = [base64.b64decode(v) for p in (first, second) for v in json.loads(p).values()]
     assert len(set(images)) == 4  # every image of every request is byte-distinct
     for data in images:
         assert (_pixels(data) == _pixels(jpeg)).all()
     assert fresh.PLACEHOLDER not in first
     assert fresh.Splicer(b'{"text only": 1}').next() == b'{"text only": 1}'
+
+
+def test_scenario_prompts_differ_per_request_at_their_length() -> None:
+    """A repeated body's text would be served by the gateway's prompt token cache."""
+    scenario = SCENARIOS["long_text_stream"]
+    splicer = fresh.Splicer(json.dumps(body(scenario)).encode())
+    texts = [json.loads(splicer.next())["messages"][0]["content"] for _ in range(3)]
+    assert len(set(texts)) == 3
+    assert all(len(t) == scenario.prompt_chars for t in texts)
 
 
 def _event(content: str | None, finish: str | None = None) -> bytes:
