@@ -4,7 +4,7 @@ A chat client sends the whole conversation again at every turn, and an agent the
 system prompt and tool list with every call: most of each prompt's text was tokenized a
 moment ago (about a microsecond a character, on the request path). The ids of the pieces
 between the tokenizer's added tokens (``<|im_start|>``, image placeholders…) are kept, and a
-prompt is assembled from the pieces already known plus one batch encode of the rest.
+prompt is assembled from the pieces already known plus an encode of each new one.
 
 Why that is exact: ``tokenizers`` cuts a text at its added tokens before anything else, then
 normalizes and pre-tokenizes each piece on its own, so a text's ids are its pieces' ids end
@@ -103,7 +103,7 @@ class PromptTokenCache:
                 ids = self._pieces.get(piece)
                 if ids is None:
                     missing.append(piece)
-                    known[piece] = []  # filled in once the batch is encoded
+                    known[piece] = []  # filled in once encoded, below
                 else:
                     self._pieces.move_to_end(piece)
                     known[piece] = ids
@@ -170,10 +170,12 @@ class PromptTokenCache:
 
 
 def _encode_batch(tokenizer: Tokenizer, texts: list[str]) -> list[Any]:
+    # One text a call: a batch of several is spread over tokenizers' thread pool, which
+    # cost 12 to 25 % more CPU than encoding them in turn (measured on a chat's pieces).
     fast = getattr(tokenizer, "encode_batch_fast", None)
     if fast is not None:
-        return list(fast(texts, add_special_tokens=False))
-    return list(tokenizer.encode_batch(texts, add_special_tokens=False))
+        return [fast([text], add_special_tokens=False)[0] for text in texts]
+    return [tokenizer.encode(text, add_special_tokens=False) for text in texts]
 
 
 def _unsafe_reason(tokenizer: Tokenizer) -> str | None:
