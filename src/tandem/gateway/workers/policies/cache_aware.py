@@ -14,8 +14,13 @@ to the image.
 
 Selection: the longest match wins if it covers at least ``threshold`` of the
 prompt; otherwise the least-loaded worker takes it. The chosen worker's tree then
-records the prompt. Trees are bounded (``max_nodes`` per worker) and shed their
-least recently used leaves first, like the workers' own caches.
+records the prompt. Trees are bounded (``max_nodes`` keys per worker) and shed their
+least recently used keys first, from the ends of leaves, like the workers' own caches.
+
+A tree keeps each run of keys that no other prompt branches from as one node (a radix
+tree): a fresh prompt costs one node and is shed in one step, where a node per block
+cost about 1 ms of a long prompt's routing, GC walks of 50 000 nodes included
+(docs/performance.md, "Cache-aware routing's tree").
 """
 
 from __future__ import annotations
@@ -33,80 +38,120 @@ BLOCK_TOKENS = 16  # vLLM's default KV block size
 
 
 class _Node:
-    __slots__ = ("children", "key", "parent", "tick", "weight")
+    """A run of keys stored as one node (a radix tree's compressed edge). Every key of a
+    run was last used by the same insert (a partial use splits the run), so the run has
+    one ``tick`` and the tree orders and sheds keys exactly as one node per key would."""
 
-    def __init__(self, key: Key, weight: int, parent: _Node | None) -> None:
-        self.key = key
-        self.weight = weight
+    __slots__ = ("children", "keys", "parent", "tick")
+
+    def __init__(self, keys: list[Key], parent: _Node | None, tick: int) -> None:
+        self.keys = keys
         self.parent = parent
-        self.children: dict[Key, _Node] | None = None  # None while a leaf (saves memory)
-        self.tick = 0  # last time a prompt went through this node
+        self.children: dict[Key, _Node] | None = None  # by each child's first key; None: a leaf
+        self.tick = tick  # last time a prompt went through this run
 
 
 class PrefixTree:
-    """One worker's trie of prompt keys with LRU leaf eviction above ``max_nodes``."""
+    """One worker's radix tree of prompt keys; above ``max_nodes`` keys it sheds the least
+    recently used keys from the ends of its leaves. ``size`` counts keys, not runs."""
 
     def __init__(self, max_nodes: int) -> None:
         if max_nodes < 1:
             raise ValueError("max_nodes must be >= 1")
         self.max_nodes = max_nodes
-        self.size = 0  # nodes below the root
-        self._root = _Node(None, 0, None)
+        self.size = 0  # keys below the root
+        self._root = _Node([], None, 0)
         self._tick = 0
         # Min-heap of (tick, seq, leaf); entries go stale when a leaf is touched again,
-        # grows children or is evicted, and are skipped lazily.
+        # grows children or is shed, and are skipped lazily.
         self._leaves: list[tuple[int, int, _Node]] = []
         self._seq = itertools.count()
 
     def match(self, path: Path) -> int:
         """Tokens of ``path``'s longest stored prefix. Read-only: matching is not use."""
-        node, matched = self._root, 0
-        for key, weight in path:
-            child = node.children.get(key) if node.children else None
+        node, matched, i, n = self._root, 0, 0, len(path)
+        while i < n:
+            child = node.children.get(path[i][0]) if node.children else None
             if child is None:
                 break
-            matched += weight
+            for key in child.keys:
+                if i == n or path[i][0] != key:
+                    return matched
+                matched += path[i][1]
+                i += 1
             node = child
         return matched
 
     def insert(self, path: Path) -> None:
-        self._tick += 1
-        node = self._root
-        for key, weight in path:
-            node.tick = self._tick
-            if node.children is None:
-                node.children = {}
-            child = node.children.get(key)
-            if child is None:
-                child = node.children[key] = _Node(key, weight, node)
-                self.size += 1
+        self._tick = tick = self._tick + 1
+        node, i, n = self._root, 0, len(path)
+        node.tick = tick
+        while i < n:
+            first = path[i][0]
+            child = node.children.get(first) if node.children else None
+            if child is None:  # the rest of the prompt is new: one run
+                child = _Node([key for key, _ in path[i:]], node, tick)
+                if node.children is None:
+                    node.children = {}
+                node.children[first] = child
+                self.size += n - i
+                node = child
+                break
+            keys, j, m = child.keys, 1, len(child.keys)
+            i += 1
+            while j < m and i < n and path[i][0] == keys[j]:
+                i += 1
+                j += 1
+            if j < m:
+                self._split(child, j)
+            child.tick = tick
             node = child
-        node.tick = self._tick
         if node is not self._root and not node.children:
             self._push(node)
-        while self.size > self.max_nodes:
-            self._evict_one()
+        if self.size > self.max_nodes:
+            self._shed(self.size - self.max_nodes)
         if len(self._leaves) > 2 * self.size + 64:
             self._rebuild_heap()
+
+    def _split(self, run: _Node, at: int) -> None:
+        """Cut ``run`` after ``at`` keys; the tail keeps the run's tick and children."""
+        tail = _Node(run.keys[at:], run, run.tick)
+        tail.children = run.children
+        if tail.children:
+            for grandchild in tail.children.values():
+                grandchild.parent = tail
+        else:
+            self._push(tail)  # the run was a leaf: its end, with its old use, still is
+        del run.keys[at:]
+        run.children = {tail.keys[0]: tail}
 
     def _push(self, leaf: _Node) -> None:
         heapq.heappush(self._leaves, (leaf.tick, next(self._seq), leaf))
 
-    def _evict_one(self) -> None:
-        while self._leaves:
-            tick, _, node = heapq.heappop(self._leaves)
+    def _shed(self, excess: int) -> None:
+        """Drop ``excess`` keys, the least recently used leaf's last keys first."""
+        leaves = self._leaves
+        while excess > 0 and leaves:
+            tick, _, node = leaves[0]
             parent = node.parent
             if parent is None or node.children or node.tick != tick:
-                continue  # stale entry
+                heapq.heappop(leaves)  # stale entry
+                continue
+            if excess < len(node.keys):
+                del node.keys[-excess:]  # still a leaf, same use: its heap entry stands
+                self.size -= excess
+                return
+            heapq.heappop(leaves)
             assert parent.children is not None
-            del parent.children[node.key]
+            del parent.children[node.keys[0]]
             node.parent = None
-            self.size -= 1
+            self.size -= len(node.keys)
+            excess -= len(node.keys)
             if not parent.children and parent is not self._root:
                 parent.children = None
                 self._push(parent)  # keeps its own tick: its place in LRU order
-            return
-        self._rebuild_heap()  # unreachable while size > 0; keeps the heap honest
+        if excess > 0:
+            self._rebuild_heap()  # unreachable while size > 0; keeps the heap honest
 
     def _rebuild_heap(self) -> None:
         self._leaves = []
@@ -139,9 +184,12 @@ def prompt_path(request: SelectionInput, block: int = BLOCK_TOKENS) -> Path:
 
 
 def _add_text(path: Path, tokens: Sequence[int], start: int, end: int, block: int) -> None:
-    for first in range(start, end, block):
-        key = tuple(tokens[first : min(first + block, end)])
-        path.append((key, len(key)))
+    span = tokens[start:end]
+    whole = iter(span)
+    # Full blocks, grouped in C; strict=False drops the partial tail, added next.
+    path.extend([(key, block) for key in zip(*[whole] * block, strict=False)])
+    if rest := len(span) % block:
+        path.append((tuple(span[-rest:]), rest))
 
 
 class CacheAwarePolicy(BasePolicy):
