@@ -3,7 +3,8 @@
 The request bodies' schemas are the pydantic models' own JSON schema, so the description
 cannot drift from what the parser accepts. Responses are described loosely (an object,
 or an SSE stream) except errors, which always have the OpenAI error shape. The worker
-admin API (``/workers``) is left out: it is for operators, not for API clients.
+admin API (``/workers``) is left out: it is for operators, not for API clients. The
+Messages and Conversations routes are described in openapi_more.py.
 """
 
 from __future__ import annotations
@@ -15,6 +16,13 @@ from pydantic.json_schema import models_json_schema
 from tandem.gateway.endpoints.chat.schema import ChatCompletionRequest
 from tandem.gateway.endpoints.completions.schema import CompletionRequest
 from tandem.gateway.endpoints.responses.request import ResponsesRequest
+from tandem.gateway.endpoints.service.openapi_more import (
+    CONVERSATION_MODELS,
+    MESSAGES_MODELS,
+    conversation_paths,
+    messages_paths,
+    messages_schemas,
+)
 from tandem.gateway.endpoints.tokenize.schema import (
     DetokenizeRequest,
     TokenizeChatRequest,
@@ -83,6 +91,8 @@ def _request_schemas(model_id: str | None) -> dict[str, Any]:
             (CompletionRequest, "validation"),
             (ResponsesRequest, "validation"),
             *((model, "validation") for model in TOKENIZER_MODELS),
+            *((model, "validation") for model in MESSAGES_MODELS),
+            *((model, "validation") for model in CONVERSATION_MODELS),
         ],
         ref_template=_REF,
     )
@@ -94,6 +104,7 @@ def _request_schemas(model_id: str | None) -> dict[str, Any]:
             schemas[name]["properties"]["model"]["enum"] = [model_id]
         for model in TOKENIZER_MODELS:  # optional there: null means the served model
             schemas[model.__name__]["properties"]["model"] = {"enum": [model_id, None]}
+    messages_schemas(schemas, model_id)
     schemas["Error"] = ERROR_SCHEMA
     return schemas
 
@@ -147,6 +158,8 @@ def openapi_document(model_id: str | None, version: str) -> dict[str, Any]:
             "/health": _get("Healthy: workers available", any_object, unavailable),
             "/metrics": _get("Prometheus metrics", {"text/plain": {"schema": {"type": "string"}}}),
             **_tokenizer_paths(),
+            **messages_paths(),
+            **conversation_paths(),
         },
         "components": {"schemas": _request_schemas(model_id)},
     }
