@@ -15,6 +15,7 @@ import pytest
 from gateway_app_fakes import MODEL, ScriptedDispatcher, client, make_gateway
 
 from tandem.errors import make_error
+from tandem.gateway import metrics
 from tandem.gateway.history.store import HistoryError, StoredResponse
 from tandem.wire.proto import pb
 
@@ -94,8 +95,13 @@ class BrokenStore:
 async def test_a_response_that_cannot_be_stored_says_so(qwen_meta_dir: Path, stream: bool) -> None:
     state, _ = make_gateway(qwen_meta_dir)
     state.history = BrokenStore()  # type: ignore[assignment]
+    counted = {"200": "", "503": "history_unavailable"}
+    before = {status: _requests(status, code) for status, code in counted.items()}
     async with client(state) as http:
         reply = await http.post("/v1/responses", json=body(stream=stream))
+    # Counted (and access-logged) as what the client was told, not as the answer before it.
+    grew = {status: _requests(status, code) - before[status] for status, code in counted.items()}
+    assert grew == {"200": 0, "503": 1}
     if stream:
         name, last = events(reply.text)[-1]
         assert name == "response.failed"
@@ -105,6 +111,11 @@ async def test_a_response_that_cannot_be_stored_says_so(qwen_meta_dir: Path, str
         error = reply.json()["error"]
     assert error["code"] == "history_unavailable"
     assert "db.internal" not in error["message"]  # the database's address stays in the log
+
+
+def _requests(status: str, code: str) -> float:
+    labels = {"route": "responses", "status": status, "code": code}
+    return metrics.REGISTRY.get_sample_value("tandem_requests_total", labels) or 0.0
 
 
 async def test_store_false_is_answered_and_not_stored(qwen_meta_dir: Path) -> None:

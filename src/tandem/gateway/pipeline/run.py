@@ -52,6 +52,10 @@ T = TypeVar("T")
 # The route's parser: its body validated by its schema and converted; the Responses API's
 # is a coroutine (it reads stored turns).
 Parser = Callable[[bytes], GenerationRequest | Awaitable[GenerationRequest]]
+# What a route does with a JSON answer before the request counts as done (the Responses
+# API stores it); a TandemError from it is the request's outcome, as for a stream's
+# :attr:`Events.before_end`.
+Settle = Callable[["Completed"], Awaitable[None]]
 
 
 class ClientGone(Exception):
@@ -122,6 +126,10 @@ class Events:
     meta: AnswerMeta
     sent: Callable[[], Awaitable[None]]
     request_id: str
+    # Set by the route before it reads the events: run once the last one has been read,
+    # before the request counts as done, so a TandemError from it (the Responses API's
+    # store failing) is the request's outcome in the access log and metrics too.
+    before_end: Callable[[], Awaitable[None]] | None = None
 
 
 # What an endpoint answers with (rendered) and what the pipeline hands it (neutral).
@@ -151,7 +159,9 @@ class Pipeline:
         self.state = state
         self.config = state.config
 
-    async def run(self, inbound: Inbound, route: Route, parse: Parser) -> PipelineOutcome:
+    async def run(
+        self, inbound: Inbound, route: Route, parse: Parser, settle: Settle | None = None
+    ) -> PipelineOutcome:
         record = RequestRecord(route, enabled=self.config.access_log, tenant=inbound.tenant)
         held = _Held()
         ctx: RequestContext | None = None
@@ -168,6 +178,9 @@ class Pipeline:
             if ctx.stream:
                 return await self._streaming(inbound, ctx, record, held)
             answer = await inbound.until_disconnect(self._answer(ctx, held))
+            completed = Completed(answer, _meta(ctx), record.request_id)
+            if settle is not None:
+                await settle(completed)
         except TandemError as err:
             _name_constraint(err, ctx)
             self._finish(record, ctx, err.status, err.code)
@@ -183,8 +196,7 @@ class Pipeline:
         finally:
             held.release()  # a stream has taken its slot over
         self._finish(record, ctx, 200, "")
-        assert ctx is not None
-        return Completed(answer, _meta(ctx), record.request_id)
+        return completed
 
     async def _prepare(
         self, request: GenerationRequest, route: Route, request_id: str, lease: PixelLease
@@ -247,16 +259,25 @@ class Pipeline:
             # in-flight counts (no-ops after a normal end).
             await opened.abandon()
 
-        events = self._observed(stream_events(ctx, opened), ctx, record)
-        return Events(events, _meta(ctx), sent, record.request_id)
+        # The generator reads the route's hook at the stream's end, once the route has set it.
+        events = self._observed(stream_events(ctx, opened), ctx, record, lambda: outcome.before_end)
+        outcome = Events(events, _meta(ctx), sent, record.request_id)
+        return outcome
 
     async def _observed(
-        self, events: AsyncIterator[AnswerEvent], ctx: RequestContext, record: RequestRecord
+        self,
+        events: AsyncIterator[AnswerEvent],
+        ctx: RequestContext,
+        record: RequestRecord,
+        before_end: Callable[[], Callable[[], Awaitable[None]] | None],
     ) -> AsyncIterator[AnswerEvent]:
         status, code = 200, ""
         try:
             async for event in events:
                 yield event
+            hook = before_end()
+            if hook is not None:
+                await hook()
         except TandemError as err:
             status, code = err.status, err.code
             raise

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from tandem.ascii_int import ascii_int
@@ -41,6 +42,15 @@ log = logging.getLogger("tandem.gateway.endpoints.responses")
 MAX_LIST_LIMIT = 100
 
 
+@dataclass(slots=True)
+class _StreamEnd:
+    """A stream's last events, made once its answer is whole, and whether it was being
+    stored (so a failure then is the store's, not the generation's)."""
+
+    closing: list[dict[str, Any]] = field(default_factory=list)
+    storing: bool = False
+
+
 class ResponsesService:
     def __init__(self, state: GatewayState, pipeline: Pipeline) -> None:
         self.state = state
@@ -52,29 +62,47 @@ class ResponsesService:
 
     async def create(self, inbound: Inbound) -> Outcome:
         turn = Turn(self.store, self.state.config.history, inbound.tenant)
-        outcome = await self.pipeline.run(inbound, "responses", turn.parse)
+        bodies: list[dict[str, Any]] = []
+
+        async def settle(completed: Completed) -> None:
+            # Inside the pipeline's run: a store that fails is this request's 503 in the
+            # access log and metrics, as it is for the client.
+            assert turn.header is not None
+            answer = Answer.from_completion(completed.answer, completed.meta.token_strings)
+            body = finished(turn.header, answer, output_items(answer), await self._counter())
+            await self._append(turn, body)
+            await self._save(turn, body)
+            bodies.append(body)
+
+        outcome = await self.pipeline.run(inbound, "responses", turn.parse, settle)
         if isinstance(outcome, Failed):
             outcome.error.param = responses_param(outcome.error.param)
             return outcome
         if isinstance(outcome, Completed):
-            assert turn.header is not None
-            answer = Answer.from_completion(outcome.answer, outcome.meta.token_strings)
-            body = finished(turn.header, answer, output_items(answer), await self._counter())
-            try:
-                await self._append(turn, body)
-                await self._save(turn, body)
-            except TandemError as err:
-                return Failed(err, outcome.request_id)
-            return Answered(body, outcome.request_id)
+            return Answered(bodies[0], outcome.request_id)
         if isinstance(outcome, Events):
             assert turn.header is not None
             writer = EventWriter(turn.header, await self._counter(), outcome.meta.token_strings)
-            events = self._events(turn, outcome.events, writer)
+            end = _StreamEnd()
+
+            async def before_end() -> None:
+                # Run by the pipeline after the last event, as settle above.
+                end.closing, body = writer.finish()
+                end.storing = True
+                await self._append(turn, body)
+                await self._save(turn, body)
+
+            outcome.before_end = before_end
+            events = self._events(turn, outcome.events, writer, end)
             return Streaming(events, outcome.sent, outcome.request_id, named=True)
         return outcome
 
     async def _events(
-        self, turn: Turn, answer: AsyncIterator[AnswerEvent], writer: EventWriter
+        self,
+        turn: Turn,
+        answer: AsyncIterator[AnswerEvent],
+        writer: EventWriter,
+        end: _StreamEnd,
     ) -> AsyncGenerator[dict[str, Any], None]:
         try:
             for event in writer.start():
@@ -84,19 +112,16 @@ class ResponsesService:
                     for event in writer.push(piece):
                         yield event
             except TandemError as err:
-                err.param = responses_param(err.param)
-                closing, body = writer.fail(err)
-                await self._save_quietly(turn, body)
+                if end.storing:  # the answer was whole; keeping it failed
+                    closing, _ = writer.fail(err)
+                else:
+                    err.param = responses_param(err.param)
+                    closing, body = writer.fail(err)
+                    await self._save_quietly(turn, body)
                 for event in closing:
                     yield event
                 return
-            closing, body = writer.finish()
-            try:
-                await self._append(turn, body)
-                await self._save(turn, body)
-            except TandemError as err:
-                closing, _ = writer.fail(err)
-            for event in closing:
+            for event in end.closing:
                 yield event
         finally:
             aclose = getattr(answer, "aclose", None)
