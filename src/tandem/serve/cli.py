@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tandem.gateway.config import GatewayConfig, check_processes
 from tandem.gateway.history.settings import check_history_settings
-from tandem.gateway.types import HISTORY_BACKENDS, MM_PROCESSING_MODES
+from tandem.gateway.types import HISTORY_BACKENDS, MM_PROCESSING_MODES, WORKER_STREAM_CLIENTS
 from tandem.log import DEFAULT_LOG_LEVEL
 from tandem.serve.children import Console
 from tandem.serve.examples import example_image
@@ -61,6 +61,12 @@ def add_serve_parser(commands: argparse._SubParsersAction) -> None:
         choices=MM_PROCESSING_MODES,
         default=_GATEWAY.mm_processing,
         help="where images are processed: passed to the gateway",
+    )
+    p.add_argument(
+        "--worker-stream-client",
+        choices=WORKER_STREAM_CLIENTS,
+        default=_GATEWAY.worker_stream_client,
+        help="the gateway's client of Generate streams (h2 or grpcio): passed to the gateway",
     )
     p.add_argument(
         "--history-backend",
@@ -226,6 +232,7 @@ def run_serve(args: argparse.Namespace) -> int:
             aggregated=args.aggregated,
             decode_language_model_only=args.decode_language_model_only,
             mm_processing=args.mm_processing,
+            worker_stream_client=args.worker_stream_client,
             history_args=_history_args(args),
             gateway_processes=args.processes,
             port=args.port,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from tandem.gateway.types import MmProcessingMode
+from tandem.gateway.types import MmProcessingMode, WorkerStreamClient
 from tandem.serve.children import Child, Console
 from tandem.serve.examples import banner
 
@@ -44,6 +44,7 @@ class Plan:
     expected_reply: str | None = None  # what the model answers the banner's examples
     history_args: tuple[str, ...] = ()  # the gateway's --history-* flags, passed on as given
     gateway_processes: int = 1  # the gateway's --processes
+    worker_stream_client: WorkerStreamClient = "h2"  # the gateway's --worker-stream-client
 
     def worker_specs(self) -> list[tuple[str, list[str]]]:
         base = ["worker", "--model", self.model, "--host", HOST, "--port", "0"]
@@ -58,6 +59,7 @@ class Plan:
     def gateway_args(self, workers: list[Child]) -> list[str]:
         args = ["gateway", "--host", HOST, "--port", str(self.port)]
         args += ["--mm-processing", self.mm_processing, "--log-level", self.log_level]
+        args += ["--worker-stream-client", self.worker_stream_client]
         args += self.history_args
         if self.gateway_processes > 1:
             args += ["--processes", str(self.gateway_processes)]
