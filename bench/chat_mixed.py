@@ -42,12 +42,18 @@ def _cache_lines(gateway: Proc) -> list[str]:
     ]
 
 
+def chat_conf(jpegs: list[str]) -> dict:
+    """The load generator's ``chat`` spec of the bench's 3-turn conversations."""
+    conf = {"jpegs": jpegs, "turns": 3, "seed": 7, "model": MODEL, "max_tokens": 16}
+    conf["prompt"] = "what changed since the last picture?"
+    return conf
+
+
 def multi_turn(gateway: Proc, jpegs: list[str], cpus: str, args) -> dict:
     """Closed loop of 3-turn conversations at ``args.chat_concurrency``: req/s and gateway
     CPU per request (every turn is one request)."""
     port = split_url(gateway.address, "http")[1]
-    conf = {"jpegs": jpegs, "turns": 3, "seed": 7, "model": MODEL, "max_tokens": 16}
-    conf["prompt"] = "what changed since the last picture?"
+    conf = chat_conf(jpegs)
     before = cpu_seconds(gateway.pid)
     result = measure.loadgen(
         cpus,

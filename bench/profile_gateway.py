@@ -11,6 +11,15 @@ Starts the bench's null workers (on ``--load-cpus``) and one Tandem gateway (on
    load and prints the functions with the most samples, by self time (the frame on top)
    and by inclusive time (anywhere on the stack). docs/performance.md keeps those tops.
 
+``--scenario multi_turn_chat`` profiles the bench's multi-turn image chat instead
+(``bench.chat_mixed.multi_turn``'s conversations, closed loop at ``--concurrency``); give
+the ``-best`` settings with ``--flags`` to profile ``tandem-best``.
+
+Samples of threads and processes parked in a blocking read (a pool process waiting for
+its next image in ``Connection.recv_bytes``, an idle ``ThreadPoolExecutor`` thread in
+``_worker``) are counted by ``--nonblocking`` sampling too, under frames such as
+``_send (multiprocessing/connection.py)``: they are not CPU.
+
 py-spy (PyPI, a static binary) is installed into ``~/.cache/tandem/bench/tools-venv`` on
 first use, never into .venv.
 """
@@ -26,11 +35,13 @@ import tempfile
 from pathlib import Path
 
 from bench import measure
+from bench.chat_mixed import chat_conf, write_jpegs
 from bench.procs import BENCH_HOME, cpu_seconds, start_tandem, start_worker, wait_ready
 from bench.scenarios import MODEL, SCENARIOS, write_body
 from tandem.hostport import split_url
 
 TOOLS_VENV = BENCH_HOME / "tools-venv"
+CHAT = "multi_turn_chat"
 PY_SPY_VERSION = "0.4.1"
 
 
@@ -59,7 +70,7 @@ def tops(raw: Path) -> tuple[collections.Counter, collections.Counter, int]:
     total = 0
     # One record per stack, each opening with `process PID:"cmdline"` (--subprocesses); a
     # record may span lines, as py-spy names some frames by a docstring that has newlines.
-    for record in re.split(r"\n(?=process \d+:)", raw.read_text()):
+    for record in re.split(r"\n(?=process \d+:)", raw.read_text(errors="replace")):
         stack, _, count_text = record.strip().rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
@@ -82,7 +93,7 @@ def print_top(title: str, counts: collections.Counter, total: int, n: int) -> No
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--scenario", default="short_text", choices=list(SCENARIOS))
+    p.add_argument("--scenario", default="short_text", choices=[*SCENARIOS, CHAT])
     p.add_argument("--mode", default="pd", choices=["pd", "agg"])
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--seconds", type=float, default=8.0)
@@ -101,9 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     try:
         with tempfile.TemporaryDirectory(prefix="tandem-profile-") as tmp:
-            body = write_body(SCENARIOS[args.scenario], Path(tmp))
+            body, load = _load(args, Path(tmp))
             port = split_url(gateway.address, "http")[1]
-            load = {"mode": "closed", "concurrency": args.concurrency}
             measure.loadgen(args.load_cpus, port, body, **load, duration_s=2.0)  # warm up
             before = cpu_seconds(gateway.pid)
             plain = measure.loadgen(args.load_cpus, port, body, **load, duration_s=args.seconds)
@@ -129,6 +139,17 @@ def main(argv: list[str] | None = None) -> None:
         gateway.stop()
         for w in workers.values():
             w.stop()
+
+
+def _load(args: argparse.Namespace, tmp: Path) -> tuple[Path | None, dict]:
+    """The body file and the load generator's spec of the scenario."""
+    if args.scenario != CHAT:
+        return write_body(SCENARIOS[args.scenario], tmp), {
+            "mode": "closed",
+            "concurrency": args.concurrency,
+        }
+    chat = chat_conf(write_jpegs(tmp, 8, (1024, 1024)))
+    return None, {"mode": "chat", "concurrency": args.concurrency, "chat": chat, "timeout_s": 30.0}
 
 
 if __name__ == "__main__":

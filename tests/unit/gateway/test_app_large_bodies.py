@@ -35,6 +35,32 @@ def test_the_count_skips_strings_and_stops_at_the_limit() -> None:
     assert containers_over(many) and not containers_over(many, MAX_CONTAINERS + 2)
 
 
+def _containers(value: Any) -> int:
+    """Objects and arrays in a parsed JSON value: what containers_over counts in its text."""
+    if isinstance(value, dict):
+        return 1 + sum(_containers(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(_containers(v) for v in value)
+    return 0
+
+
+def test_the_count_agrees_with_a_parse_at_every_limit() -> None:
+    """The byte bound clears a body only when it truly is under the limit: bodies whose
+    strings hold braces and brackets (bound over, count under) and bodies of data URLs
+    (bound and count equal) are decided as the parsed value's own count decides them."""
+    bodies = [
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "{[" * 40}]}]},
+        {"tools": [{"parameters": {"type": "object", "enum": [[1], [2, [3]]]}}] * 3},
+        {"url": "data:image/png;base64," + "QUJD" * 5000, "parts": [[], {}]},
+        {"s": '\\"{[' * 30, "a": [{"b": ["]}"]}]},
+    ]
+    for value in bodies:
+        raw = json.dumps(value).encode()
+        exact = _containers(value)
+        for limit in range(exact + 3):
+            assert containers_over(raw, limit) == (exact > limit), (value, limit)
+
+
 async def test_a_body_of_too_many_objects_is_413_before_parsing(
     qwen_meta_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
