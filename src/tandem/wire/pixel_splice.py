@@ -4,7 +4,9 @@ Putting a pixel tensor into a ``GenerateRequest`` costs copies: numpy → ``byte
 message's arena, and then the message's own serialization. Protobuf merges repeated
 occurrences of a message field, so appending ``mm_inputs { pixel_values { … } }`` to the
 serialized pixel-free request is the same message a peer would get from a request holding
-the pixels: at any instant at most the array and the one outgoing buffer exist.
+the pixels: at any instant at most the array and the one outgoing buffer exist, and over
+Tandem's HTTP/2 client not even that buffer (:func:`message_parts`: the array is written
+to the socket from where it lies).
 """
 
 from __future__ import annotations
@@ -25,9 +27,24 @@ def serialize_with_pixels(request: GenerateRequest, pixels: PixelPayload | None)
 
     ``request`` must not carry pixel_values itself (that would be two payloads).
     """
+    parts = message_parts(request, pixels)
+    if len(parts) == 1 and isinstance(parts[0], bytes):
+        return parts[0]
+    # One join: the only full-size allocation; the array is read in place.
+    return b"".join(parts)
+
+
+def message_parts(
+    request: GenerateRequest, pixels: PixelPayload | None
+) -> tuple[bytes | memoryview, ...]:
+    """:func:`serialize_with_pixels`'s bytes as pieces to send one after another: the
+    inline pixels are the last piece, a byte view of the array itself, so a sender that
+    writes pieces (Tandem's HTTP/2 client) never copies them. The array must not change
+    until the pieces are written (pixel arrays are never written after they are made).
+    """
     if pixels is None:
         plain: bytes = request.SerializeToString()
-        return plain
+        return (plain,)
     if request.mm_inputs.HasField("pixel_values"):
         raise ValueError("the request already holds pixel_values")
     if pixels.extra is not None:
@@ -46,13 +63,12 @@ def serialize_with_pixels(request: GenerateRequest, pixels: PixelPayload | None)
         tail = MultimodalInputs(
             pixel_values=TensorData(shape=pixels.shape, dtype=pixels.dtype, shm=pixels.shm)
         ).SerializeToString()
-        return b"".join((head, _key(_MM_INPUTS_FIELD), _varint(len(tail)), tail))
+        return (b"".join((head, _key(_MM_INPUTS_FIELD), _varint(len(tail)), tail)),)
     tensor_head = TensorData(shape=pixels.shape, dtype=pixels.dtype).SerializeToString()
     tensor_len = len(tensor_head) + len(_key(_INLINE_FIELD)) + len(_varint(pixels.nbytes))
     tensor_len += pixels.nbytes
     batch_len = len(_key(_PIXEL_VALUES_FIELD)) + len(_varint(tensor_len)) + tensor_len
-    # One join: the only full-size allocation; the array is read in place.
-    return b"".join(
+    fields = b"".join(
         (
             head,
             _key(_MM_INPUTS_FIELD),
@@ -62,6 +78,6 @@ def serialize_with_pixels(request: GenerateRequest, pixels: PixelPayload | None)
             tensor_head,
             _key(_INLINE_FIELD),
             _varint(pixels.nbytes),
-            pixels.array.data.cast("B"),
         )
     )
+    return (fields, pixels.array.data.cast("B"))

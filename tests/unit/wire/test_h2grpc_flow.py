@@ -9,6 +9,7 @@ frames by hand; tests/unit/wire/test_h2grpc.py covers flow control against real 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
 from tandem.wire.h2grpc import frames as f
 from tandem.wire.h2grpc.call import StreamCall
@@ -19,9 +20,15 @@ class RecordingTransport(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.written = bytearray()
+        self.pieces: list[bytes | bytearray | memoryview] = []  # as handed to writelines
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.written += data
+
+    def writelines(self, list_of_data: Iterable[bytes | bytearray | memoryview]) -> None:
+        for data in list_of_data:
+            self.pieces.append(data)
+            self.written += data
 
     def is_closing(self) -> bool:
         return False
@@ -52,7 +59,7 @@ async def test_a_window_update_read_before_the_sender_starts_is_not_lost() -> No
     connection.data_received(f.settings({}))  # the peer's SETTINGS: default windows
     call = StreamCall(lambda raw: raw, max_message_bytes=1 << 20, timeout=None)
     body = b"x" * 200_000  # about three times the default 65,535-byte windows
-    sid = connection.open(call, b"", body)
+    sid = connection.open(call, b"", f.message_prefix(len(body)), (body,))
     sent_at_once, _ = data_frames(bytes(transport.written), sid)
     assert sent_at_once == f.DEFAULT_WINDOW
 
@@ -62,5 +69,43 @@ async def test_a_window_update_read_before_the_sender_starts_is_not_lost() -> No
         await asyncio.sleep(0)
 
     sent, ended = data_frames(bytes(transport.written), sid)
-    assert (sent, ended) == (len(body), True)
+    assert (sent, ended) == (5 + len(body), True)
     assert call.sender is not None and call.sender.done()
+
+
+def payload(wire: bytes, sid: int) -> bytes:
+    """The DATA frames' payloads for ``sid`` in ``wire``, joined in order."""
+    at, out = len(f.PREFACE), bytearray()
+    while at + 9 <= len(wire):
+        length = int.from_bytes(wire[at : at + 3], "big")
+        kind, stream = wire[at + 3], f.u32(wire, at + 5) & f.MAX_WINDOW
+        if kind == f.DATA and stream == sid:
+            out += wire[at + 9 : at + 9 + length]
+        at += 9 + length
+    return bytes(out)
+
+
+async def test_a_large_message_goes_out_as_views_of_itself_in_order() -> None:
+    """Its DATA frames are slices of the caller's parts (no copy of a 12 MiB image), the
+    gRPC prefix in a frame of its own, the parts end to end; a small message is one frame
+    of prefix and parts."""
+    connection = H2Connection()
+    transport = RecordingTransport()
+    connection.connection_made(transport)
+    connection.data_received(f.settings({}) + f.window_update(0, 1 << 24))
+    connection.data_received(f.settings({f.SETTINGS_INITIAL_WINDOW_SIZE: 1 << 24}))
+    call = StreamCall(lambda raw: raw, max_message_bytes=1 << 20, timeout=None)
+    message = bytes(range(256)) * 1024  # 256 KiB, every frame's place checkable
+    prefix = f.message_prefix(len(message))
+    sid = connection.open(call, b"", prefix, (message[:1000], memoryview(message)[1000:]))
+    assert payload(bytes(transport.written), sid) == prefix + message
+    views = [p for p in transport.pieces if isinstance(p, memoryview) and p.obj is message]
+    assert sum(len(v) for v in views) == len(message) - 1000  # the first part was a copy
+    assert data_frames(bytes(transport.written), sid) == (len(prefix) + len(message), True)
+
+    small_call = StreamCall(lambda raw: raw, max_message_bytes=1 << 20, timeout=None)
+    before = len(transport.written)
+    small = connection.open(small_call, b"", f.message_prefix(3), (b"ab", b"c"))
+    frames = bytes(transport.written[before:])
+    assert payload(f.PREFACE + frames, small) == f.message_prefix(3) + b"abc"
+    assert len(frames) == 9 + 9 + 5 + 3  # HEADERS (empty block), then one DATA frame

@@ -7,7 +7,7 @@ import gc
 import numpy as np
 import pytest
 
-from tandem.wire.pixel_splice import serialize_with_pixels
+from tandem.wire.pixel_splice import message_parts, serialize_with_pixels
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import GenerateRequest
 from tandem.wire.requests import clone_without_mm_pixels
@@ -49,6 +49,19 @@ def test_large_payloads_use_multi_byte_lengths() -> None:
         serialize_with_pixels(pixel_free_request(), PixelPayload.from_array(pixels))
     )
     assert decode_tensor(parsed.mm_inputs.pixel_values).tolist()[-3:] == [299997, 299998, 299999]
+
+
+def test_the_parts_are_the_message_with_the_pixels_read_in_place() -> None:
+    """What Tandem's HTTP/2 client writes: the serialized bytes, end to end, the inline
+    pixels as a view of the array itself (the socket reads them; no copy is made)."""
+    pixels = np.arange(300_000, dtype=np.float32).reshape(1000, 300)
+    payload = PixelPayload.from_array(pixels)
+    parts = message_parts(pixel_free_request(), payload)
+    assert b"".join(parts) == serialize_with_pixels(pixel_free_request(), payload)
+    last = parts[-1]
+    assert isinstance(last, memoryview) and len(last) == pixels.nbytes
+    assert np.shares_memory(np.frombuffer(last, dtype=np.uint8), payload.array)
+    assert message_parts(pixel_free_request(), None) == (pixel_free_request().SerializeToString(),)
 
 
 def test_request_without_pixels_is_unchanged() -> None:

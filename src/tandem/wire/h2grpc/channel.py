@@ -20,7 +20,7 @@ import grpc
 from tandem.hostport import split_host_port
 from tandem.wire.h2grpc import frames as f
 from tandem.wire.h2grpc.call import StreamCall
-from tandem.wire.h2grpc.connection import H2Connection
+from tandem.wire.h2grpc.connection import H2Connection, MessageParts
 
 USER_AGENT = "tandem-h2grpc/1"
 SETTLE_TIMEOUT_S = 10.0  # the server's first SETTINGS after the TCP connect
@@ -48,7 +48,7 @@ class H2Channel:
     def unary_stream(
         self,
         method: str,
-        request_serializer: Callable[[Any], bytes],
+        request_serializer: Callable[[Any], bytes | MessageParts],
         response_deserializer: Callable[[bytes], Any],
     ) -> Callable[..., StreamCall]:
         fixed = f.request_block(self.authority, method, USER_AGENT)
@@ -59,7 +59,8 @@ class H2Channel:
             metadata: tuple[tuple[str, str], ...] = (),
         ) -> StreamCall:
             message = request_serializer(request)
-            body = f.message_prefix(len(message)) + message
+            parts = (message,) if isinstance(message, bytes) else message
+            prefix = f.message_prefix(sum(len(part) for part in parts))
             block = fixed
             if timeout is not None:
                 block += f.timeout_field(timeout)
@@ -68,16 +69,18 @@ class H2Channel:
             call = StreamCall(response_deserializer, self._max_message, timeout)
             connection = self._connection
             if connection is not None and connection.usable and connection.has_room:
-                connection.open(call, block, body)
+                connection.open(call, block, prefix, parts)
             else:
                 call.starter = asyncio.get_running_loop().create_task(
-                    self._start_later(call, block, body)
+                    self._start_later(call, block, prefix, parts)
                 )
             return call
 
         return start
 
-    async def _start_later(self, call: StreamCall, block: bytes, body: bytes) -> None:
+    async def _start_later(
+        self, call: StreamCall, block: bytes, prefix: bytes, parts: MessageParts
+    ) -> None:
         try:
             connection = await self._connected()
             await connection.wait_room()
@@ -92,7 +95,7 @@ class H2Channel:
             )
             return
         if not call.done():
-            connection.open(call, block, body)
+            connection.open(call, block, prefix, parts)
 
     async def _connected(self) -> H2Connection:
         if self._closed:

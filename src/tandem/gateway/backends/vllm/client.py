@@ -17,7 +17,8 @@ from tandem.gateway.backends.vllm.labels import model_id_of, worker_labels
 from tandem.gateway.workers.protocol import WorkerDescription
 from tandem.gateway.workers.worker import EngineLoad
 from tandem.wire.h2grpc.channel import H2Channel, h2_channel
-from tandem.wire.pixel_splice import serialize_with_pixels
+from tandem.wire.h2grpc.connection import MessageParts
+from tandem.wire.pixel_splice import message_parts, serialize_with_pixels
 from tandem.wire.pixels import PixelPayload
 from tandem.wire.proto import common, pb, pb_grpc
 
@@ -135,13 +136,15 @@ class VllmClient(GrpcWorkerClient):
     ) -> LegStream:
         """Start ``Generate``; errors (even "could not connect") surface while iterating.
 
-        ``pixels`` (kept outside the message) are serialized here, once, into the outgoing
-        bytes; the caller may drop its reference as soon as this returns. ``on_done`` runs
+        ``pixels`` (kept outside the message) go out from their own array over the h2
+        client, or serialized once into the outgoing bytes over grpc.aio; either way the
+        caller may drop its reference as soon as this returns. ``on_done`` runs
         when the call ends, however it ends (the leg's shared-memory segments go then).
         """
         call: Any
         if self._h2_generate is not None:
-            message = request if pixels is None else serialize_with_pixels(request, pixels)
+            # The pixels go from their array to the socket (no copy of them is made).
+            message = request if pixels is None else message_parts(request, pixels)
             call = self._h2_generate(message, timeout=timeout)
         elif pixels is None:
             call = self._stub.Generate(request, timeout=timeout)
@@ -156,5 +159,5 @@ class VllmClient(GrpcWorkerClient):
             await self._h2.close()
 
 
-def _serialized(request: pb.GenerateRequest | bytes) -> bytes:
-    return request if isinstance(request, bytes) else request.SerializeToString()
+def _serialized(request: pb.GenerateRequest | MessageParts) -> bytes | MessageParts:
+    return request if isinstance(request, tuple) else request.SerializeToString()
