@@ -76,8 +76,8 @@ class H2Connection(asyncio.Protocol):
         A large message is never copied here: its DATA frames are memoryviews of its
         parts, handed to the transport with ``writelines`` (uvloop writes them with one
         ``writev``), and the prefix goes in a DATA frame of its own. With the pixels as a
-        part of their own (``tandem.wire.pixel_splice.message_parts``), a 12 MiB inline
-        image goes from its array to the socket; it was copied three times before.
+        part of their own (``tandem.wire.pixel_splice.message_parts``), an inline image's
+        float32 pixels go from their array to the socket; they were copied three times.
         """
         assert self.transport is not None and self.usable
         sid = self._next_id
