@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Iterable
 
 from tandem.wire.h2grpc import frames as f
-from tandem.wire.h2grpc.call import StreamCall
+from tandem.wire.h2grpc.call import NOT_READY, StreamCall
 from tandem.wire.h2grpc.connection import H2Connection
 
 
@@ -109,3 +109,43 @@ async def test_a_large_message_goes_out_as_views_of_itself_in_order() -> None:
     frames = bytes(transport.written[before:])
     assert payload(f.PREFACE + frames, small) == f.message_prefix(3) + b"abc"
     assert len(frames) == 9 + 9 + 5 + 3  # HEADERS (empty block), then one DATA frame
+
+
+def answer_wire(sid: int, messages: list[bytes]) -> bytes:
+    """The messages gRPC-prefixed end to end, cut into DATA frames that do not respect
+    their bounds (a message across frames, several in one, a frame of 1 byte)."""
+    body = b"".join(f.message_prefix(len(m)) + m for m in messages)
+    wire, at = bytearray(), 0
+    for size in [1, 7, 40, 3, 200, 5, 9, 1000, len(body)]:
+        piece = body[at : at + size]
+        if not piece:
+            break
+        wire += f.header(len(piece), f.DATA, 0, sid) + piece
+        at += len(piece)
+    return bytes(wire)
+
+
+async def test_an_answer_cut_anywhere_reads_as_the_same_messages() -> None:
+    """However the socket cuts the answer's bytes (within a frame header, a gRPC prefix or
+    a message), each read picks up where the last stopped and the messages come out whole
+    and in order, PING frames between them answered."""
+    messages = [b"", b"a", b"token", bytes(range(256)) * 3, b"x" * 70, b"end"]
+    for cuts in ([1], [2, 3], [9], [10, 4], [13], [64, 1], [4096]):
+        connection = H2Connection()
+        transport = RecordingTransport()
+        connection.connection_made(transport)
+        connection.data_received(f.settings({}))
+        call = StreamCall(lambda raw: raw, max_message_bytes=1 << 20, timeout=None)
+        sid = connection.open(call, b"", f.message_prefix(1), (b"q",))
+        ping = f.header(8, f.PING, 0, 0) + b"pingpong"
+        wire = answer_wire(sid, messages[:3]) + ping + answer_wire(sid, messages[3:])
+        at, turn = 0, 0
+        while at < len(wire):
+            step = cuts[turn % len(cuts)]
+            connection.data_received(wire[at : at + step])
+            at, turn = at + step, turn + 1
+        got = []
+        while (message := call.read_ready()) is not NOT_READY:
+            got.append(message)
+        assert got == messages, cuts
+        assert f.ping_ack(b"pingpong") in transport.written

@@ -135,12 +135,13 @@ class Relay:
     never began must still end its worker call.
     """
 
-    __slots__ = ("_error_code", "_first", "_stream")
+    __slots__ = ("_error_code", "_first", "_ready", "_stream")
 
     def __init__(self, stream: WorkerStream, first: Frame, error_code: str) -> None:
         self._stream = stream
         self._first: Frame | None = first
         self._error_code = error_code
+        self._ready: Callable[[], Frame | None] | None = getattr(stream, "ready_frame", None)
 
     def __aiter__(self) -> Relay:
         return self
@@ -150,7 +151,7 @@ class Relay:
         if first is not None:
             return first
         try:
-            return await anext(self._stream)
+            return await self._stream.__anext__()
         except StopAsyncIteration:
             await self.aclose()
             raise
@@ -167,12 +168,11 @@ class Relay:
         first, self._first = self._first, None
         if first is not None:
             return first
-        take = getattr(self._stream, "ready_frame", None)
+        take = self._ready
         if take is None:
             return None
         try:
-            frame: Frame | None = take()
-            return frame
+            return take()
         except grpc.aio.AioRpcError as err:
             await self.aclose()
             raise _from_rpc_error(self._error_code, err) from None

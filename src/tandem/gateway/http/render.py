@@ -33,7 +33,9 @@ from tandem.gateway.pipeline.run import (
 def in_dialect(
     outcome: PipelineOutcome,
     answer: Callable[[AnswerMeta, Completion], dict[str, Any]],
-    chunks: Callable[[AnswerMeta, AsyncIterator[AnswerEvent]], AsyncIterator[dict[str, Any]]],
+    chunks: Callable[
+        [AnswerMeta, AsyncIterator[AnswerEvent]], AsyncIterator[dict[str, Any] | bytes]
+    ],
 ) -> Outcome:
     """The pipeline's neutral answer rendered by one endpoint's ``answer`` and ``chunks``."""
     if isinstance(outcome, Completed):

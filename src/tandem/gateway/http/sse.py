@@ -53,12 +53,14 @@ def named_error(err: TandemError) -> bytes:
     return named_event(event)
 
 
-async def frame_named_events(events: AsyncIterable[Mapping[str, Any]]) -> AsyncIterator[bytes]:
+async def frame_named_events(
+    events: AsyncIterable[Mapping[str, Any] | bytes],
+) -> AsyncIterator[bytes]:
     """:func:`frame_events` for the Responses API: named events, ``error`` on a failure."""
     try:
         try:
             async for event in events:
-                yield named_event(event)
+                yield event if isinstance(event, bytes) else named_event(event)
         except TandemError as err:
             yield named_error(err)
         except Exception:
@@ -70,8 +72,9 @@ async def frame_named_events(events: AsyncIterable[Mapping[str, Any]]) -> AsyncI
             await aclose()
 
 
-async def frame_events(events: AsyncIterable[Mapping[str, Any]]) -> AsyncIterator[bytes]:
-    """Frame each event dict, then ``[DONE]``; an exception becomes an error event.
+async def frame_events(events: AsyncIterable[Mapping[str, Any] | bytes]) -> AsyncIterator[bytes]:
+    """Frame each event dict (bytes are an event framed already), then ``[DONE]``; an
+    exception becomes an error event.
 
     A :class:`TandemError` is sent as it is; any other exception is logged and sent
     as ``internal_error`` without its text (it may hold internals). Cancellation
@@ -81,7 +84,7 @@ async def frame_events(events: AsyncIterable[Mapping[str, Any]]) -> AsyncIterato
     try:
         try:
             async for event in events:
-                yield sse_event(event)
+                yield event if isinstance(event, bytes) else sse_event(event)
         except TandemError as err:
             yield sse_error(err)
         except Exception:
@@ -95,7 +98,7 @@ async def frame_events(events: AsyncIterable[Mapping[str, Any]]) -> AsyncIterato
 
 
 def sse_response(
-    events: AsyncIterable[Mapping[str, Any]], named: bool = False
+    events: AsyncIterable[Mapping[str, Any] | bytes], named: bool = False
 ) -> StreamingResponse:
     """A streaming response over event dicts: :func:`frame_events`, or named events."""
     framed = frame_named_events(events) if named else frame_events(events)

@@ -55,7 +55,13 @@ class Choice:
         if self.finish_reason is not None or not token_ids:
             return "", 0
         if len(token_ids) == 1 or not self.stops.stops:
-            pieces, used = [self.stops.push(self.detok.push(token_ids))], len(token_ids)
+            # The streamed case: one push, no list of pieces to join (paid per token).
+            piece = self.stops.push(self.detok.push(token_ids))
+            self.tokens += len(token_ids)
+            if piece.stopped:
+                self.finish_reason = "stop"
+            self.text.append(piece.text)
+            return piece.text, len(token_ids)
         else:
             # Several tokens in one frame (a non-streaming worker's Complete, speculative
             # decoding): token by token, so that what follows a stop is not counted, nor
@@ -109,13 +115,18 @@ class Collector:
         self.prompt_tokens = len(ctx.routing_ids())
         self.cached_tokens = 0
         self.first_token_at: float | None = None
+        self._unfinished = ctx.n  # choices without a finish reason: `done` is asked per frame
 
     def apply(self, frame: Frame) -> Event:
         """Fold one frame into its choice."""
         choice = self._choice(frame.index)
         was = choice.finish_reason
         if not frame.final:
-            self._mark_first_token(frame.token_ids)
+            if self.first_token_at is None:
+                self._mark_first_token(frame.token_ids)
+            if not self.wants_logprobs:  # the streamed case, paid per token
+                text, _ = choice.feed(list(frame.token_ids))
+                return self._event(choice, was, text, [])
             entries = self._logprobs(choice, frame)
             text, used = choice.feed(list(frame.token_ids))
             entries = self._keep(choice, entries, used)
@@ -130,7 +141,14 @@ class Collector:
                 text, used = choice.feed(list(frame.token_ids))
                 entries = self._keep(choice, entries, used)
             text += choice.finish(frame.finish_reason)
+        return self._event(choice, was, text, entries)
+
+    def _event(
+        self, choice: Choice, was: str | None, text: str, entries: list[LogprobEntry]
+    ) -> Event:
         finished = choice.finish_reason if was is None else None
+        if finished is not None:
+            self._unfinished -= 1
         return Event(choice.index, text, finished, entries)
 
     def _logprobs(self, choice: Choice, frame: Frame) -> list[LogprobEntry]:
@@ -149,7 +167,7 @@ class Collector:
 
     @property
     def done(self) -> bool:
-        return all(c.finish_reason is not None for c in self.choices)
+        return self._unfinished == 0
 
     def usage(self) -> Usage:
         completion = sum(c.tokens for c in self.choices)
@@ -242,10 +260,12 @@ async def _events_now(
     them as one event: the tokens of a burst go out in one chunk (as vLLM sends them),
     not one chunk each, and nothing already here waits behind the client's socket. A
     stream that cannot tell what has arrived (``take_ready`` None) gives one event."""
-    frames = [frame]
-    if take_ready is not None:
-        while len(frames) < MAX_BURST and (more := await take_ready()) is not None:
-            frames.append(more)
+    if take_ready is None or (more := await take_ready()) is None:
+        # A frame alone: tokens arrive one by one while the gateway keeps up.
+        return [] if collector.done else [collector.apply(frame)]
+    frames = [frame, more]
+    while len(frames) < MAX_BURST and (more := await take_ready()) is not None:
+        frames.append(more)
     events: list[Event] = []
     for run in chunk_runs(frames):
         if collector.done:

@@ -112,7 +112,7 @@ class Gone:
 class Streaming:
     """An SSE answer: ``events`` to send, then ``sent`` (awaited whatever happened)."""
 
-    events: AsyncIterator[dict[str, Any]]
+    events: AsyncIterator[dict[str, Any] | bytes]  # bytes: an event framed already
     sent: Callable[[], Awaitable[None]]
     request_id: str
     named: bool = False  # Responses API events: ``event: <type>`` lines, no [DONE]

@@ -21,6 +21,7 @@ from urllib.parse import unquote
 import grpc
 
 from tandem.wire.h2grpc import frames as f
+from tandem.wire.h2grpc.frames import unpack_u32
 
 log = logging.getLogger("tandem.wire.h2grpc")
 
@@ -148,22 +149,37 @@ class StreamCall:
 
     def on_data(self, data: bytes) -> None:
         pending = self._pending
-        pending += data
-        at, end = 0, len(pending)
+        if not pending:
+            # The usual DATA frame holds whole messages (a token's): take them from
+            # ``data`` itself, and keep only a partial message's bytes.
+            at = self._messages_in(data)
+            if 0 <= at < len(data):
+                pending += memoryview(data)[at:]
+        else:
+            pending += data
+            at = self._messages_in(pending)
+            if at > 0:
+                del pending[:at]
+        if at >= 0:
+            self._wake()
+
+    def _messages_in(self, data: bytes | bytearray) -> int:
+        """Queue the whole messages at the start of ``data``; how many bytes they took
+        (-1: the call was abandoned)."""
+        at, end = 0, len(data)
         while end - at >= 5:
-            length = f.u32(pending, at + 1)
+            length = unpack_u32(data, at + 1)[0]
             if length > self._max_message:
                 self._abandon(grpc.StatusCode.RESOURCE_EXHAUSTED, "message larger than max")
-                return
+                return -1
             if end - at < 5 + length:
                 break
-            if pending[at]:
+            if data[at]:
                 self._abandon(grpc.StatusCode.INTERNAL, "compressed message; none was asked for")
-                return
-            self._messages.append(bytes(pending[at + 5 : at + 5 + length]))
+                return -1
+            self._messages.append(bytes(data[at + 5 : at + 5 + length]))
             at += 5 + length
-        del pending[:at]
-        self._wake()
+        return at
 
     def on_headers(self, pairs: list[tuple[str, str]], end_stream: bool) -> None:
         if not self._got_headers:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from tandem.wire.h2grpc import frames as f
+from tandem.wire.h2grpc.frames import unpack_u32
 from tandem.wire.h2grpc.header_blocks import HeaderBlockDecoder
 
 if TYPE_CHECKING:
@@ -186,15 +187,29 @@ class H2Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
+        if not buffer:
+            # The usual read holds whole frames (a token's DATA frame): read them from
+            # ``data`` itself, and keep only a partial frame's bytes for the next read.
+            at = self._frames(data)
+            if 0 <= at < len(data):
+                buffer += memoryview(data)[at:]
+            return
         buffer += data
-        at, end = 0, len(buffer)
+        at = self._frames(buffer)
+        if at > 0:
+            del buffer[:at]
+
+    def _frames(self, data: bytes | bytearray) -> int:
+        """Handle the whole frames at the start of ``data``; how many bytes they took
+        (-1: the connection was dropped)."""
+        at, end = 0, len(data)
         while end - at >= 9:
-            length = int.from_bytes(buffer[at : at + 3], "big")
+            length = int.from_bytes(data[at : at + 3], "big")
             if end - at < 9 + length:
                 break
-            kind, flags = buffer[at + 3], buffer[at + 4]
-            sid = f.u32(buffer, at + 5) & f.MAX_WINDOW
-            payload = bytes(buffer[at + 9 : at + 9 + length])
+            kind, flags = data[at + 3], data[at + 4]
+            sid = unpack_u32(data, at + 5)[0] & f.MAX_WINDOW
+            payload = bytes(data[at + 9 : at + 9 + length])  # a bytes slice: one copy
             at += 9 + length
             try:
                 self._frame(kind, flags, sid, payload)
@@ -202,8 +217,9 @@ class H2Connection(asyncio.Protocol):
                 log.warning("HTTP/2 connection dropped: %s", err)
                 self._fail_all(f"connection reset (protocol error: {err})", only_after=0)
                 self.close()
-                return
-        del buffer[:at]
+                self._buffer.clear()
+                return -1
+        return at
 
     def _frame(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
         if self._continuing is not None and kind != f.CONTINUATION:

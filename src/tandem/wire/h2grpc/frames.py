@@ -69,6 +69,11 @@ def ping_ack(payload: bytes) -> bytes:
     return header(len(payload), PING, ACK, 0) + payload
 
 
+# ``(value,)`` of the 32-bit big-endian integer at an offset, for the paths run per frame
+# (no Python call around the C one).
+unpack_u32 = _U32.unpack_from
+
+
 def u32(payload: bytes | bytearray | memoryview, at: int = 0) -> int:
     value: int = _U32.unpack_from(payload, at)[0]
     return value

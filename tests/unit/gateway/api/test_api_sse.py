@@ -93,14 +93,14 @@ async def chat_stream(request: Request) -> Response:
     mode = request.query_params.get("mode", "ok")
     chunks = ChatChunkBuilder("chatcmpl-7", "m", 123, include_usage=True)
 
-    async def events() -> AsyncIterator[dict[str, Any]]:
+    async def events() -> AsyncIterator[dict[str, Any] | bytes]:
         for index in (0, 1):
             yield chunks.start(index)
         yield chunks.delta(0, "Hel")
-        yield chunks.delta(1, "漢")
+        yield chunks.text_event(1, "漢")  # framed already, as the chat route sends text
         if mode == "fail":
             raise make_error("decode_stream_error", "decode worker died")
-        yield chunks.delta(0, "lo")
+        yield chunks.text_event(0, "lo")
         yield chunks.finish(0, "stop")
         yield chunks.finish(1, "length")
         yield chunks.usage(Usage(prompt_tokens=4, completion_tokens=3, cached_tokens=2))
@@ -111,12 +111,45 @@ async def chat_stream(request: Request) -> Response:
 async def text_stream(request: Request) -> Response:
     chunks = TextChunkBuilder("cmpl-7", "m", 123)
 
-    async def events() -> AsyncIterator[dict[str, Any]]:
-        yield chunks.delta(0, "once ")
+    async def events() -> AsyncIterator[dict[str, Any] | bytes]:
+        yield chunks.text_event(0, "once ")
         yield chunks.delta(0, "upon")
         yield chunks.finish(0, "length")
 
     return sse_response(events())
+
+
+# Texts a tokenizer can hand over: JSON's escapes, controls, the mark text_event cuts at.
+AWKWARD_TEXTS = [
+    "",
+    "plain",
+    'quote " and \\ slash',
+    "line\nbreak\ttab",
+    "\x00",
+    "a\x00b\x1f",
+    "漢字 é",
+    "\U0001f600",
+    "\u2028\u2029",
+    "</script>",
+    "\x7f",
+]
+
+
+@pytest.mark.parametrize("usage", [False, True])
+@pytest.mark.parametrize("make", [ChatChunkBuilder, TextChunkBuilder])
+def test_a_framed_text_event_is_the_encoded_delta_byte_for_byte(make: Any, usage: bool) -> None:
+    chunks = make("chatcmpl-7", "model-\u00e9", 123, include_usage=usage)
+    for index in (0, 2, 0):
+        for text in AWKWARD_TEXTS:
+            framed = chunks.text_event(index, text)
+            assert framed == sse_event(chunks.delta(index, text)), (index, text)
+            assert json.loads(framed.removeprefix(b"data: "))["choices"][0]["index"] == index
+
+
+def test_a_model_name_holding_the_mark_still_frames_its_text_exactly() -> None:
+    chunks = ChatChunkBuilder("chatcmpl-7", "odd\x00model", 123)
+    for text in AWKWARD_TEXTS:
+        assert chunks.text_event(0, text) == sse_event(chunks.delta(0, text))
 
 
 async def chat_json(request: Request) -> Response:

@@ -38,18 +38,20 @@ def chat_answer(meta: AnswerMeta, completion: Completion) -> dict[str, Any]:
 
 async def chat_chunks(
     meta: AnswerMeta, events: AsyncIterable[AnswerEvent]
-) -> AsyncIterator[dict[str, Any]]:
-    """A chat stream: each choice opens with its role, then the events as deltas."""
+) -> AsyncIterator[dict[str, Any] | bytes]:
+    """A chat stream: each choice opens with its role, then the events as deltas (a plain
+    text delta framed already, ``text_event``)."""
     builder = ChatChunkBuilder(new_response_id("chatcmpl"), meta.model, now(), meta.include_usage)
     strings = meta.token_strings
     for index in range(meta.n):
         yield builder.start(index)
     async for event in events:
         if isinstance(event, TextDelta):
-            logprobs = None
-            if event.logprobs is not None:
+            if event.logprobs is None:
+                yield builder.text_event(event.choice, event.text)
+            else:
                 logprobs = {"content": chat_content(event.logprobs, strings)}
-            yield builder.delta(event.choice, event.text, logprobs)
+                yield builder.delta(event.choice, event.text, logprobs)
         elif isinstance(event, ReasoningDelta):
             yield builder.reasoning(event.choice, event.text)
         elif isinstance(event, CallStarted):

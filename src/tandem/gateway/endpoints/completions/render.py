@@ -36,17 +36,19 @@ def completion_answer(meta: AnswerMeta, completion: Completion) -> dict[str, Any
 
 async def completion_chunks(
     meta: AnswerMeta, events: AsyncIterable[AnswerEvent]
-) -> AsyncIterator[dict[str, Any]]:
-    """A legacy-completions stream: text deltas (logprob offsets continue per choice)."""
+) -> AsyncIterator[dict[str, Any] | bytes]:
+    """A legacy-completions stream: text deltas (logprob offsets continue per choice; a
+    plain one framed already, ``text_event``)."""
     builder = TextChunkBuilder(new_response_id("cmpl"), meta.model, now(), meta.include_usage)
     alternatives = meta.logprob_alternatives or 0
     renderers = [CompletionLogprobs(meta.token_strings, alternatives) for _ in range(meta.n)]
     async for event in events:
         if isinstance(event, TextDelta):
-            logprobs = None
-            if event.logprobs is not None:
+            if event.logprobs is None:
+                yield builder.text_event(event.choice, event.text)
+            else:
                 logprobs = renderers[event.choice].render(event.logprobs)
-            yield builder.delta(event.choice, event.text, logprobs)
+                yield builder.delta(event.choice, event.text, logprobs)
         elif isinstance(event, ChoiceFinished):
             yield builder.finish(event.choice, event.reason)
         elif isinstance(event, AnswerUsage) and meta.include_usage:
