@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -39,6 +40,19 @@ def bind(host: str, port: int, reuse_port: bool = False) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
     return sock
+
+
+def freeze_startup_heap() -> int:
+    """Take every object alive now out of the collector's generations; how many there are.
+
+    What exists once the gateway listens (modules, the tokenizer and chat template, the
+    app, the registries) lives as long as the process, yet each full collection walked all
+    of it: a pause of about 100 ms every several seconds under load on the bench machine
+    (docs/performance.md, "Full collections"). Garbage is collected first, never frozen.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 class DrainingServer(uvicorn.Server):
@@ -96,11 +110,16 @@ async def serve(config: GatewayConfig, log_level: str = "info") -> None:
 
     async def startup(sockets: list[socket.socket] | None = None) -> None:
         await original_startup(sockets=sockets)
+        frozen = freeze_startup_heap()
         # Printed once the socket is listening: scripts and tests wait for this line.
         loop = type(asyncio.get_running_loop())
         address = join_host_port(config.host, port)
         log.info(
-            "serving on http://%s (event loop %s.%s)", address, loop.__module__, loop.__qualname__
+            "serving on http://%s (event loop %s.%s; %d startup objects frozen out of GC)",
+            address,
+            loop.__module__,
+            loop.__qualname__,
+            frozen,
         )
         print(f"TANDEM_GATEWAY_READY http://{address}", flush=True)
 

@@ -207,7 +207,7 @@ class CacheAwarePolicy(BasePolicy):
         if not workers:
             return None
         path = prompt_path(request)
-        total = sum(weight for _, weight in path)
+        total = len(request.token_ids)  # what the path's weights add up to
         best, best_len = None, 0
         for worker in workers:
             tree = self._trees.get(worker.url)
