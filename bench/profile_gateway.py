@@ -11,6 +11,9 @@ Starts the bench's null workers (on ``--load-cpus``) and one Tandem gateway (on
    load and prints the functions with the most samples, by self time (the frame on top)
    and by inclusive time (anywhere on the stack). docs/performance.md keeps those tops.
 
+``--max-tokens`` and ``--prompt-chars`` change a scenario's answer and prompt length: two
+runs that differ in one of them give the cost of a streamed token or of a prompt byte.
+
 ``--scenario multi_turn_chat`` profiles the bench's multi-turn image chat instead
 (``bench.chat_mixed.multi_turn``'s conversations, closed loop at ``--concurrency``); give
 the ``-best`` settings with ``--flags`` to profile ``tandem-best``.
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import re
 import subprocess
 import sys
@@ -99,6 +103,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--rate", type=int, default=499, help="py-spy samples per second")
     p.add_argument("--top", type=int, default=25)
+    p.add_argument("--max-tokens", type=int, help="override the scenario's max_tokens")
+    p.add_argument("--prompt-chars", type=int, help="override the scenario's prompt length")
     p.add_argument("--gateway-cpus", default="0")
     p.add_argument("--load-cpus", default="1")
     p.add_argument("--raw-out", type=Path, default=Path("/tmp/tandem-profile.txt"))
@@ -144,7 +150,12 @@ def main(argv: list[str] | None = None) -> None:
 def _load(args: argparse.Namespace, tmp: Path) -> tuple[Path | None, dict]:
     """The body file and the load generator's spec of the scenario."""
     if args.scenario != CHAT:
-        return write_body(SCENARIOS[args.scenario], tmp), {
+        scenario = SCENARIOS[args.scenario]
+        if args.max_tokens is not None:
+            scenario = dataclasses.replace(scenario, max_tokens=args.max_tokens)
+        if args.prompt_chars is not None:
+            scenario = dataclasses.replace(scenario, prompt_chars=args.prompt_chars)
+        return write_body(scenario, tmp), {
             "mode": "closed",
             "concurrency": args.concurrency,
         }
