@@ -48,7 +48,7 @@ def freeze_startup_heap() -> int:
     What exists once the gateway listens (modules, the tokenizer and chat template, the
     app, the registries) lives as long as the process, yet each full collection walked all
     of it: a pause of about 100 ms every several seconds under load on the bench machine
-    (docs/performance.md, "Full collections"). Garbage is collected first, never frozen.
+    (docs/performance.md, "A streamed token's path"). Garbage is collected first, never frozen.
     """
     gc.collect()
     gc.freeze()
