@@ -22,24 +22,40 @@ Logprobs = Callable[[], list[LogprobEntry]]
 
 def chunk_runs(frames: list[Frame]) -> list[Frame]:
     """``frames`` with each run of consecutive chunks of one choice as one chunk (final
-    frames stay as they are); the stop matcher still ends a choice inside a run."""
+    frames stay as they are); the stop matcher still ends a choice inside a run.
+
+    Each run is found first and built once (its ids joined in one list), not re-folded
+    frame by frame: a burst of k chunks costs k steps, not k copies of a growing list."""
     out: list[Frame] = []
-    for frame in frames:
-        last = out[-1] if out else None
-        if last is None or last.final or frame.final or last.index != frame.index:
-            out.append(frame)
-            continue
-        out[-1] = Frame(
-            last.index,
-            [*last.token_ids, *frame.token_ids],
-            _both(last.logprobs, frame.logprobs),
-            prompt_tokens=frame.prompt_tokens or last.prompt_tokens,
-            cached_tokens=max(last.cached_tokens, frame.cached_tokens),
-        )
+    i, n = 0, len(frames)
+    while i < n:
+        first = frames[i]
+        j = i + 1
+        if not first.final:
+            while j < n and not frames[j].final and frames[j].index == first.index:
+                j += 1
+        if j - i == 1:
+            out.append(first)
+        else:
+            out.append(_one_chunk(frames[i:j]))
+        i = j
     return out
 
 
-def _both(first: Logprobs | None, then: Logprobs | None) -> Logprobs | None:
-    if first is None and then is None:
-        return None
-    return lambda: (first() if first else []) + (then() if then else [])
+def _one_chunk(run: list[Frame]) -> Frame:
+    ids: list[int] = []
+    parts: list[Logprobs] = []
+    prompt_tokens = cached = 0
+    for frame in run:  # one pass: this runs for every burst of a stream
+        ids += frame.token_ids
+        if frame.logprobs is not None:
+            parts.append(frame.logprobs)
+        prompt_tokens = frame.prompt_tokens or prompt_tokens
+        if frame.cached_tokens > cached:
+            cached = frame.cached_tokens
+    logprobs = _all(parts) if parts else None
+    return Frame(run[0].index, ids, logprobs, prompt_tokens=prompt_tokens, cached_tokens=cached)
+
+
+def _all(parts: list[Logprobs]) -> Logprobs:
+    return lambda: [entry for part in parts for entry in part()]
