@@ -51,6 +51,11 @@ async def test_served_model_name_wins(
     assert worker.model_id == "qwen-small"
     assert worker.url == fake_worker.url  # the scheme and slash are normalised away
     assert fake_worker.url in registry
+    # Its client is found by its own url (the fast path) and by any other spelling.
+    client = registry.client(worker.url)
+    assert registry.client(f"grpc://{fake_worker.url}/") is client
+    with pytest.raises(KeyError, match="no registered worker"):
+        registry.client(f"127.0.0.1:{free_port()}")
 
 
 async def test_unreachable_worker_raises_clear_error(registry: WorkerRegistry) -> None:
