@@ -230,6 +230,24 @@ def tree_pids(pid: int) -> list[int]:
     return out
 
 
+def run_time_ms(pid: int) -> float:
+    """CPU milliseconds of ``pid``'s threads and descendants, to the microsecond: the
+    scheduler's ``se.sum_exec_runtime`` of each live thread (``/proc/*/task/*/sched``),
+    where :func:`cpu_seconds` counts 10 ms ticks. A thread that has exited is missed."""
+    total = 0.0
+    for p in tree_pids(pid):
+        for sched in Path(f"/proc/{p}/task").glob("*/sched"):
+            try:
+                text = sched.read_text()
+            except OSError:
+                continue
+            for line in text.splitlines():
+                if line.startswith("se.sum_exec_runtime"):
+                    total += float(line.rsplit(":", 1)[1])
+                    break
+    return total
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of ``pid`` and its descendants."""
     tick = os.sysconf("SC_CLK_TCK")
