@@ -26,14 +26,13 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from bench import fresh
-from bench.procs import HOST, READY, Proc, pd_or_agg, run_time_ms, spawn, start_worker, wait_ready
+from bench.procs import HOST, Proc, run_time_ms, start_tandem, start_worker, wait_ready
 from bench.scenarios import MODEL, SCENARIOS, write_body
 from tandem.hostport import split_url
 
@@ -57,13 +56,12 @@ def worktree(commit: str) -> Iterator[Path]:
 def start_gateway(
     name: str, urls: dict[str, str], cpus: str, src: Path | None, flags: list[str]
 ) -> Proc:
-    argv = [sys.executable, "-m", "tandem.cli", "gateway", "--port", "0", "--host", HOST]
-    argv += ["--mm-processing", "router", "--log-level", "warning", *pd_or_agg(urls), *flags]
+    """``procs.start_tandem``, run from ``src`` when given (else from this checkout)."""
     saved = os.environ.pop("PYTHONPATH", None)
     if src is not None:
         os.environ["PYTHONPATH"] = str(src)  # ahead of the editable install of this tree
     try:
-        return wait_ready(spawn(name, cpus, argv, READY))
+        return start_tandem(urls, cpus, *flags, name=name)
     finally:
         os.environ.pop("PYTHONPATH", None)
         if saved is not None:
