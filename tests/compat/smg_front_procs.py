@@ -126,7 +126,7 @@ def stop_all(*procs: Proc, timeout: float = 15.0) -> None:
             proc.popen.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.popen.kill()
-            proc.popen.wait(5)
+            proc.popen.wait(60)  # see Proc.stop: a killed torch process can take a while
 
 
 def worker_stats(worker: Proc) -> dict[str, Any]:
