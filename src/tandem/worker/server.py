@@ -187,11 +187,13 @@ def _null_engine(config: WorkerConfig, info: ModelInfo) -> NullEngine:
 async def serve(config: WorkerConfig) -> None:
     server = WorkerServer(config)
     await server.start()
-    print(f"TANDEM_WORKER_READY {server.address}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # Ready only once a SIGTERM is ours to handle: one sent just after the line (a
+    # supervisor's quick stop) would otherwise kill the process before it shut down.
+    print(f"TANDEM_WORKER_READY {server.address}", flush=True)
     await stop.wait()
     log.info("worker shutting down")
     await server.stop()
