@@ -47,7 +47,7 @@ class Proc:
                 self.popen.wait(10)
             except subprocess.TimeoutExpired:
                 self.popen.kill()
-                self.popen.wait(5)
+                self.popen.wait(60)  # the kernel's reap of a large heap can be slow
 
 
 def ensure_smg() -> Path:

@@ -79,7 +79,7 @@ class VllmWorker:
         with contextlib.suppress(ProcessLookupError):  # engine core, model worker
             os.killpg(self.proc.popen.pid, signal.SIGKILL)
         if self.proc.popen.poll() is None:
-            self.proc.popen.wait(10)
+            self.proc.popen.wait(60)  # reaping a killed torch heap can be slow on CI
 
 
 def start_vllm(

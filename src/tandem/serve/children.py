@@ -117,7 +117,8 @@ class Child:
     def kill(self) -> None:
         self.send(signal.SIGKILL)
         if self.popen is not None:
-            self.popen.wait(5)
+            # SIGKILL cannot be refused; only the kernel's reap of a large heap takes time.
+            self.popen.wait(60)
 
     def finish_output(self, timeout: float = 2.0) -> None:
         """Let the reader drain the pipe, so the tail and the echo are complete."""
