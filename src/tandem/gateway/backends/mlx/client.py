@@ -10,7 +10,6 @@ None without a call) and no KV handoff (``release_kv`` has nothing to release).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -44,20 +43,16 @@ class MlxClient(GrpcWorkerClient):
 
     async def describe(self, timeout: float) -> WorkerDescription:
         """The model and labels; ValueError when the worker names no model."""
-        model_info, (server_info, marker) = await asyncio.gather(
+        return await self.read_description(
             self._stub.GetModelInfo(
                 mpb.GetModelInfoRequest(), timeout=timeout, wait_for_ready=True
             ),
-            self.with_marker(
-                self._stub.GetServerInfo(
-                    mpb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
-                )
+            self._stub.GetServerInfo(
+                mpb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
             ),
+            model_id_of,
+            worker_labels,
         )
-        model_id = model_id_of(model_info)
-        if not model_id:
-            raise ValueError(f"worker {self.url} reported neither a served model name nor a path")
-        return WorkerDescription(model_id, worker_labels(model_info, server_info, marker))
 
     async def speaks_protocol(self, timeout: float) -> bool:
         """Whether the worker serves this protocol (waits up to ``timeout`` for it to come up)."""

@@ -63,18 +63,14 @@ class SchedulerClient(GrpcWorkerClient):
         """``GetModelInfo`` and ``GetServerInfo`` (with the Tandem marker) read into labels;
         ValueError when the worker names no model."""
         m = self.messages
-        model_info, (server_info, marker) = await asyncio.gather(
+        return await self.read_description(
             self._stub.GetModelInfo(m.GetModelInfoRequest(), timeout=timeout, wait_for_ready=True),
-            self.with_marker(
-                self._stub.GetServerInfo(
-                    m.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
-                )
+            self._stub.GetServerInfo(
+                m.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
             ),
+            self.model_id,
+            self.labels,
         )
-        model_id = self.model_id(model_info)
-        if not model_id:
-            raise ValueError(f"worker {self.url} reported neither a served model name nor a path")
-        return WorkerDescription(model_id, self.labels(model_info, server_info, marker))
 
     async def speaks_protocol(self, timeout: float) -> bool:
         """Whether the worker serves this protocol (waits up to ``timeout`` for it to come up)."""

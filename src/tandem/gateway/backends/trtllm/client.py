@@ -49,20 +49,17 @@ class TrtllmClient(GrpcWorkerClient):
     async def describe(self, timeout: float) -> WorkerDescription:
         """``GetModelInfo`` and ``GetServerInfo`` (with the Tandem marker) read into labels;
         ValueError when the worker names no model."""
-        model_info, (server_info, marker) = await asyncio.gather(
+        return await self.read_description(
             self._stub.GetModelInfo(
                 trpb.GetModelInfoRequest(), timeout=timeout, wait_for_ready=True
             ),
-            self.with_marker(
-                self._stub.GetServerInfo(
-                    trpb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
-                )
+            self._stub.GetServerInfo(
+                trpb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
             ),
+            model_id_of,
+            worker_labels,
+            missing="reported no model_id",
         )
-        model_id = model_id_of(model_info)
-        if not model_id:
-            raise ValueError(f"worker {self.url} reported no model_id")
-        return WorkerDescription(model_id, worker_labels(model_info, server_info, marker))
 
     async def speaks_protocol(self, timeout: float) -> bool:
         """Whether the worker serves this protocol (waits up to ``timeout`` for it to come

@@ -7,7 +7,6 @@ labels, its ``Abort``, and ``Generate`` with the pixels spliced into the request
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,14 +56,14 @@ class VllmClient(GrpcWorkerClient):
     async def describe(self, timeout: float) -> WorkerDescription:
         """``GetModelInfo`` and ``GetServerInfo`` (with the Tandem marker) read into labels;
         ValueError when the worker names no model."""
-        model_info, (server_info, marker) = await asyncio.gather(
+        return await self.read_description(
             self.get_model_info(timeout=timeout, wait_for_ready=True),
-            self.get_server_info_and_marker(timeout=timeout, wait_for_ready=True),
+            self._stub.GetServerInfo(
+                pb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
+            ),
+            model_id_of,
+            worker_labels,
         )
-        model_id = model_id_of(model_info)
-        if not model_id:
-            raise ValueError(f"worker {self.url} reported neither a served model name nor a path")
-        return WorkerDescription(model_id, worker_labels(model_info, server_info, marker))
 
     async def get_model_info(
         self, timeout: float | None = None, wait_for_ready: bool = False
@@ -79,18 +78,6 @@ class VllmClient(GrpcWorkerClient):
         return await self._stub.GetServerInfo(
             pb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=wait_for_ready
         )
-
-    async def get_server_info_and_marker(
-        self, timeout: float | None = None, wait_for_ready: bool = False
-    ) -> tuple[pb.GetServerInfoResponse, str]:
-        """``GetServerInfo`` and the Tandem worker marker of its trailing metadata ("" if none).
-
-        See :mod:`tandem.wire.worker_marker`: only Tandem workers send the marker.
-        """
-        call = self._stub.GetServerInfo(
-            pb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=wait_for_ready
-        )
-        return await self.with_marker(call)
 
     async def speaks_protocol(self, timeout: float) -> bool:
         """Whether the worker serves this protocol (waits up to ``timeout`` for it to come up)."""
