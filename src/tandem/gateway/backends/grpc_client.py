@@ -26,7 +26,6 @@ import grpc
 from smg_grpc_proto.generated import common_pb2
 
 from tandem.gateway.backends.frames import Frame
-from tandem.gateway.workers.protocol import WorkerDescription
 from tandem.wire.h2grpc.call import NOT_READY
 from tandem.wire.peer_channels import RECONNECT_OPTIONS
 from tandem.wire.worker_marker import TANDEM_WORKER_METADATA_KEY
@@ -282,15 +281,16 @@ class GrpcWorkerClient:
         model_id_of: Callable[[Any], str],
         labels_of: Callable[[Any, Any, str], dict[str, str]],
         missing: str = "reported neither a served model name nor a path",
-    ) -> WorkerDescription:
-        """The description read from the protocol's ``GetModelInfo`` and ``GetServerInfo``
-        calls (both asked at once, the latter with the Tandem marker) by its own readers;
-        ValueError, with ``missing``, when the worker names no model."""
+    ) -> tuple[str, dict[str, str]]:
+        """The model id and labels read from the protocol's ``GetModelInfo`` and
+        ``GetServerInfo`` calls (both asked at once, the latter with the Tandem marker) by
+        its own readers; ValueError, with ``missing``, when the worker names no model.
+        (A pair, not a ``WorkerDescription``: ``gateway/workers`` imports this package.)"""
         info, (server, marker) = await asyncio.gather(model_info, self.with_marker(server_info))
         model_id = model_id_of(info)
         if not model_id:
             raise ValueError(f"worker {self.url} {missing}")
-        return WorkerDescription(model_id, labels_of(info, server, marker))
+        return model_id, labels_of(info, server, marker)
 
     async def read_tokenizer(self, chunks: AsyncIterable[Any]) -> bytes:
         """The archive of a ``GetTokenizer`` stream, checked against its sha256."""

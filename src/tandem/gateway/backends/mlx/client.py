@@ -43,15 +43,17 @@ class MlxClient(GrpcWorkerClient):
 
     async def describe(self, timeout: float) -> WorkerDescription:
         """The model and labels; ValueError when the worker names no model."""
-        return await self.read_description(
-            self._stub.GetModelInfo(
-                mpb.GetModelInfoRequest(), timeout=timeout, wait_for_ready=True
-            ),
-            self._stub.GetServerInfo(
-                mpb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
-            ),
-            model_id_of,
-            worker_labels,
+        return WorkerDescription(
+            *await self.read_description(
+                self._stub.GetModelInfo(
+                    mpb.GetModelInfoRequest(), timeout=timeout, wait_for_ready=True
+                ),
+                self._stub.GetServerInfo(
+                    mpb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
+                ),
+                model_id_of,
+                worker_labels,
+            )
         )
 
     async def speaks_protocol(self, timeout: float) -> bool:

@@ -63,13 +63,17 @@ class SchedulerClient(GrpcWorkerClient):
         """``GetModelInfo`` and ``GetServerInfo`` (with the Tandem marker) read into labels;
         ValueError when the worker names no model."""
         m = self.messages
-        return await self.read_description(
-            self._stub.GetModelInfo(m.GetModelInfoRequest(), timeout=timeout, wait_for_ready=True),
-            self._stub.GetServerInfo(
-                m.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
-            ),
-            self.model_id,
-            self.labels,
+        return WorkerDescription(
+            *await self.read_description(
+                self._stub.GetModelInfo(
+                    m.GetModelInfoRequest(), timeout=timeout, wait_for_ready=True
+                ),
+                self._stub.GetServerInfo(
+                    m.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
+                ),
+                self.model_id,
+                self.labels,
+            )
         )
 
     async def speaks_protocol(self, timeout: float) -> bool:

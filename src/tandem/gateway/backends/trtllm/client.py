@@ -49,16 +49,18 @@ class TrtllmClient(GrpcWorkerClient):
     async def describe(self, timeout: float) -> WorkerDescription:
         """``GetModelInfo`` and ``GetServerInfo`` (with the Tandem marker) read into labels;
         ValueError when the worker names no model."""
-        return await self.read_description(
-            self._stub.GetModelInfo(
-                trpb.GetModelInfoRequest(), timeout=timeout, wait_for_ready=True
-            ),
-            self._stub.GetServerInfo(
-                trpb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
-            ),
-            model_id_of,
-            worker_labels,
-            missing="reported no model_id",
+        return WorkerDescription(
+            *await self.read_description(
+                self._stub.GetModelInfo(
+                    trpb.GetModelInfoRequest(), timeout=timeout, wait_for_ready=True
+                ),
+                self._stub.GetServerInfo(
+                    trpb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
+                ),
+                model_id_of,
+                worker_labels,
+                missing="reported no model_id",
+            )
         )
 
     async def speaks_protocol(self, timeout: float) -> bool:

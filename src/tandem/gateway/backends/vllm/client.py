@@ -56,13 +56,15 @@ class VllmClient(GrpcWorkerClient):
     async def describe(self, timeout: float) -> WorkerDescription:
         """``GetModelInfo`` and ``GetServerInfo`` (with the Tandem marker) read into labels;
         ValueError when the worker names no model."""
-        return await self.read_description(
-            self.get_model_info(timeout=timeout, wait_for_ready=True),
-            self._stub.GetServerInfo(
-                pb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
-            ),
-            model_id_of,
-            worker_labels,
+        return WorkerDescription(
+            *await self.read_description(
+                self.get_model_info(timeout=timeout, wait_for_ready=True),
+                self._stub.GetServerInfo(
+                    pb.GetServerInfoRequest(), timeout=timeout, wait_for_ready=True
+                ),
+                model_id_of,
+                worker_labels,
+            )
         )
 
     async def get_model_info(
